@@ -1,0 +1,192 @@
+#include "core/data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <numeric>
+#include <unordered_map>
+
+#include "core/data/content_hash.h"
+#include "core/data/rng.h"
+#include "core/io/atomic_file.h"
+#include "core/util/error.h"
+
+namespace retort::data {
+namespace fs = std::filesystem;
+namespace {
+
+static_assert(sizeof(int) == sizeof(int32_t), "SentencePiece ids are int; retort stores them as int32");
+
+// SentencePiece drops training sentences longer than its max_sentence_length, so long documents are fed
+// in pieces. Its BPE counts whitespace-delimited words, so cutting at line ends loses almost nothing.
+constexpr size_t kMaxTrainingSentenceBytes = 16384;
+
+// Start of the last UTF-8 character boundary at or before `limit`, so a cut never splits a character.
+size_t utf8_boundary_at_or_before(std::string_view text, size_t limit) {
+  size_t cut = limit;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return cut > 0 ? cut : limit;
+}
+
+void append_training_sentences(std::string_view document, std::vector<std::string_view>& sentences) {
+  while (document.size() > kMaxTrainingSentenceBytes) {
+    size_t cut = document.rfind('\n', kMaxTrainingSentenceBytes - 1);
+    cut = cut == std::string_view::npos ? utf8_boundary_at_or_before(document, kMaxTrainingSentenceBytes) : cut + 1;
+    sentences.push_back(document.substr(0, cut));
+    document.remove_prefix(cut);
+  }
+  if (!document.empty()) sentences.push_back(document);
+}
+
+// The documents that train the tokenizer: all of them within the byte budget, else a seeded sample, kept in
+// corpus order so that the sample, not the order, is what the seed changes.
+std::vector<std::string_view> training_sentences(std::span<const std::string> documents,
+                                                 const TokenizerTrainOptions& options) {
+  int64_t total_bytes = 0;
+  for (const std::string& document : documents) total_bytes += static_cast<int64_t>(document.size());
+  std::vector<size_t> chosen(documents.size());
+  std::iota(chosen.begin(), chosen.end(), size_t{0});
+  if (total_bytes > options.max_training_bytes) {
+    SplitMix64 rng(derive_seed(options.seed, /*stream=*/0x70CE));
+    seeded_shuffle(std::span<size_t>(chosen), rng);
+    int64_t budget = options.max_training_bytes;
+    size_t keep = 0;
+    while (keep < chosen.size() && budget > 0) budget -= static_cast<int64_t>(documents[chosen[keep++]].size());
+    chosen.resize(keep);
+    std::sort(chosen.begin(), chosen.end());
+    spdlog::info("tokenizer: corpus has {} bytes; training on a seeded sample of {} of {} documents", total_bytes,
+                 keep, documents.size());
+  }
+  std::vector<std::string_view> sentences;
+  for (const size_t index : chosen) append_training_sentences(documents[index], sentences);
+  return sentences;
+}
+
+class SentenceList : public sentencepiece::SentenceIterator {
+ public:
+  explicit SentenceList(const std::vector<std::string_view>& sentences) : sentences_(sentences) { load_current(); }
+  bool done() const override { return index_ >= sentences_.size(); }
+  void Next() override {
+    ++index_;
+    load_current();
+  }
+  const std::string& value() const override { return current_; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  void load_current() {
+    if (!done()) current_.assign(sentences_[index_]);
+  }
+  const std::vector<std::string_view>& sentences_;
+  size_t index_ = 0;
+  std::string current_;
+};
+
+std::unordered_map<std::string, std::string> trainer_arguments(int64_t vocab_size) {
+  return {
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(vocab_size)},
+      {"hard_vocab_limit", "true"},
+      {"byte_fallback", "true"},
+      {"character_coverage", "0.9995"},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "false"},
+      {"allow_whitespace_only_pieces", "true"},
+      {"split_digits", "true"},
+      {"max_sentence_length", std::to_string(kMaxTrainingSentenceBytes)},
+      {"unk_id", "0"},
+      {"eos_id", "1"},
+      {"bos_id", "-1"},
+      {"pad_id", "-1"},
+      {"num_threads", "1"},
+      // Errors still come back through the returned status; this silences SentencePiece's own chatter.
+      {"minloglevel", "2"},
+      {"model_prefix", ""},
+  };
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::string model_bytes, fs::path model_path)
+    : processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()), model_path_(std::move(model_path)) {
+  const auto status = processor_->LoadFromSerializedProto(model_bytes);
+  RETORT_INPUT_CHECK(status.ok(), "'{}' is not a SentencePiece model ({}): train a tokenizer with retort first",
+                     model_path_.string(), status.ToString());
+  vocab_size_ = processor_->GetPieceSize();
+  eos_id_ = processor_->eos_id();
+  RETORT_INPUT_CHECK(eos_id_ >= 0 && eos_id_ < vocab_size_,
+                     "tokenizer '{}' has no end-of-document (</s>) piece, which retort uses to separate documents: "
+                     "use a tokenizer trained by retort",
+                     model_path_.string());
+  fingerprint_ = content_hash_hex(model_bytes);
+}
+
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::train(std::span<const std::string> documents, const TokenizerTrainOptions& options) {
+  RETORT_INPUT_CHECK(!options.model_path.empty(), "tokenizer training needs a model path to write to");
+  RETORT_INPUT_CHECK(options.vocab_size >= 260 && options.vocab_size <= std::numeric_limits<int32_t>::max(),
+                     "tokenizer vocab size {} is out of range: it needs at least 260 ids (256 byte pieces, <unk>, "
+                     "</s> and a few merges)",
+                     options.vocab_size);
+  const std::vector<std::string_view> sentences = training_sentences(documents, options);
+  RETORT_INPUT_CHECK(!sentences.empty(), "cannot train a tokenizer for '{}': the corpus has no text",
+                     options.model_path.string());
+
+  const auto start = std::chrono::steady_clock::now();
+  SentenceList iterator(sentences);
+  std::string model_bytes;
+  const auto status =
+      sentencepiece::SentencePieceTrainer::Train(trainer_arguments(options.vocab_size), &iterator, &model_bytes);
+  RETORT_INPUT_CHECK(status.ok(),
+                     "training the tokenizer '{}' (BPE, vocab size {}) failed: {}. If the vocabulary is too large "
+                     "for this corpus, lower the vocab size or give more text",
+                     options.model_path.string(), options.vocab_size, status.ToString());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  if (options.model_path.has_parent_path()) fs::create_directories(options.model_path.parent_path());
+  write_file_atomic(options.model_path, model_bytes);
+  Tokenizer tokenizer(std::move(model_bytes), options.model_path);
+  spdlog::info("tokenizer: trained BPE vocab {} on {} sentences in {:.1f} s -> {} (fingerprint {})",
+               tokenizer.vocab_size(), sentences.size(), seconds, options.model_path.string(),
+               tokenizer.fingerprint());
+  return tokenizer;
+}
+
+Tokenizer Tokenizer::load(const fs::path& model_path) { return Tokenizer(read_file(model_path), model_path); }
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = processor_->Encode(text, &ids);
+  RETORT_CHECK(status.ok(), "tokenizer '{}' failed to encode {} bytes of text: {}", model_path_.string(), text.size(),
+               status.ToString());
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    RETORT_INPUT_CHECK(ids[i] >= 0 && ids[i] < vocab_size_,
+                       "cannot decode token id {} at position {}: tokenizer '{}' has ids 0..{}", ids[i], i,
+                       model_path_.string(), vocab_size_ - 1);
+  }
+  std::string text;
+  const auto status = processor_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+  RETORT_CHECK(status.ok(), "tokenizer '{}' failed to decode {} ids: {}", model_path_.string(), ids.size(),
+               status.ToString());
+  return text;
+}
+
+std::string Tokenizer::piece(int32_t id) const {
+  RETORT_INPUT_CHECK(id >= 0 && id < vocab_size_, "token id {} is outside tokenizer '{}' (ids 0..{})", id,
+                     model_path_.string(), vocab_size_ - 1);
+  return processor_->IdToPiece(id);
+}
+
+}  // namespace retort::data

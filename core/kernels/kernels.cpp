@@ -1,0 +1,251 @@
+// Argument checks shared by both backends, then dispatch on the device of the tensors.
+#include "core/kernels/kernels.h"
+
+#include "core/kernels/backends.h"
+#include "core/util/error.h"
+
+namespace retort::kernels {
+
+namespace {
+
+#ifdef RETORT_WITH_CUDA
+#define RETORT_DISPATCH(device, fn, ...)          \
+  do {                                            \
+    if ((device).is_cuda()) {                     \
+      ::retort::kernels::cuda::fn(__VA_ARGS__);   \
+    } else {                                      \
+      ::retort::kernels::cpu::fn(__VA_ARGS__);    \
+    }                                             \
+  } while (0)
+#else
+#define RETORT_DISPATCH(device, fn, ...)                                                             \
+  do {                                                                                               \
+    RETORT_CHECK(!(device).is_cuda(), "{}: this build has no CUDA backend (rebuild with nvcc)", #fn); \
+    ::retort::kernels::cpu::fn(__VA_ARGS__);                                                         \
+  } while (0)
+#endif
+
+void same_device(std::initializer_list<const Tensor*> tensors, const char* op) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    if (!first) {
+      first = t;
+      continue;
+    }
+    RETORT_CHECK(t->device() == first->device(), "{}: tensors on different devices ({} and {})", op,
+                 first->describe(), t->describe());
+  }
+}
+
+void same_shape(const Tensor& a, const Tensor& b, const char* op) {
+  RETORT_CHECK(a.shape() == b.shape(), "{}: shapes differ ({} vs {})", op, a.describe(), b.describe());
+}
+
+void floating(const Tensor& t, const char* op) {
+  RETORT_CHECK(is_floating(t.dtype()), "{}: needs a floating-point tensor, got {}", op, t.describe());
+}
+
+void row_stats(const Tensor& stat, const Tensor& x, const char* op) {
+  RETORT_CHECK(stat.numel() == x.numel() / std::max<int64_t>(x.size(-1), 1) &&
+                   (stat.dtype() == DType::F32 || stat.dtype() == DType::F64),
+               "{}: per-row statistics {} do not fit input {}", op, stat.describe(), x.describe());
+}
+
+}  // namespace
+
+void fill(Tensor& x, double value) { RETORT_DISPATCH(x.device(), fill, x, value); }
+
+void cast(const Tensor& x, Tensor& out) {
+  same_device({&x, &out}, "cast");
+  RETORT_CHECK(x.numel() == out.numel(), "cast: {} into {}", x.describe(), out.describe());
+  RETORT_DISPATCH(x.device(), cast, x, out);
+}
+
+void add(const Tensor& a, const Tensor& b, Tensor& out, float alpha, float beta) {
+  same_device({&a, &b, &out}, "add");
+  RETORT_CHECK(a.numel() == out.numel() && b.numel() == out.numel(), "add: sizes differ ({}, {}, {})", a.describe(),
+               b.describe(), out.describe());
+  RETORT_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(), "add: dtypes differ ({}, {}, {})", a.describe(),
+               b.describe(), out.describe());
+  floating(out, "add");
+  RETORT_DISPATCH(out.device(), add, a, b, out, alpha, beta);
+}
+
+void add_bias(const Tensor& x, const Tensor& bias, Tensor& out) {
+  same_device({&x, &bias, &out}, "add_bias");
+  same_shape(x, out, "add_bias");
+  RETORT_CHECK(bias.numel() == x.size(-1), "add_bias: bias {} does not match the last dim of {}", bias.describe(),
+               x.describe());
+  RETORT_DISPATCH(out.device(), add_bias, x, bias, out);
+}
+
+void sum_rows(const Tensor& x, Tensor& out, float beta) {
+  same_device({&x, &out}, "sum_rows");
+  RETORT_CHECK(out.numel() == x.size(-1), "sum_rows: {} into {}", x.describe(), out.describe());
+  RETORT_DISPATCH(out.device(), sum_rows, x, out, beta);
+}
+
+void mul(const Tensor& a, const Tensor& b, Tensor& out) {
+  same_device({&a, &b, &out}, "mul");
+  same_shape(a, out, "mul");
+  same_shape(b, out, "mul");
+  RETORT_DISPATCH(out.device(), mul, a, b, out);
+}
+
+void scale(const Tensor& x, float s, Tensor& out) {
+  same_device({&x, &out}, "scale");
+  RETORT_CHECK(x.numel() == out.numel(), "scale: {} into {}", x.describe(), out.describe());
+  RETORT_DISPATCH(out.device(), scale, x, s, out);
+}
+
+void gelu_forward(const Tensor& x, Tensor& y) {
+  same_device({&x, &y}, "gelu");
+  same_shape(x, y, "gelu");
+  RETORT_DISPATCH(x.device(), gelu_forward, x, y);
+}
+
+void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  same_device({&x, &dy, &dx}, "gelu_backward");
+  same_shape(x, dy, "gelu_backward");
+  same_shape(x, dx, "gelu_backward");
+  RETORT_DISPATCH(x.device(), gelu_backward, x, dy, dx);
+}
+
+void sum(const Tensor& x, Tensor& out) {
+  same_device({&x, &out}, "sum");
+  RETORT_CHECK(out.numel() == 1 && (out.dtype() == DType::F32 || out.dtype() == DType::F64),
+               "sum: output must be one f32/f64 element, got {}", out.describe());
+  RETORT_DISPATCH(x.device(), sum, x, out);
+}
+
+void sum_squares(const Tensor& x, Tensor& out) {
+  same_device({&x, &out}, "sum_squares");
+  RETORT_CHECK(out.numel() == 1 && (out.dtype() == DType::F32 || out.dtype() == DType::F64),
+               "sum_squares: output must be one f32/f64 element, got {}", out.describe());
+  RETORT_DISPATCH(x.device(), sum_squares, x, out);
+}
+
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b, float alpha, float beta) {
+  same_device({&a, &b, &c}, "gemm");
+  RETORT_CHECK(a.ndim() >= 2 && b.ndim() >= 2 && c.ndim() >= 2, "gemm: operands must be at least 2-D ({}, {}, {})",
+               a.describe(), b.describe(), c.describe());
+  const int64_t m = c.size(-2), n = c.size(-1);
+  const int64_t am = trans_a ? a.size(-1) : a.size(-2), k = trans_a ? a.size(-2) : a.size(-1);
+  const int64_t bk = trans_b ? b.size(-1) : b.size(-2), bn = trans_b ? b.size(-2) : b.size(-1);
+  RETORT_CHECK(am == m && bk == k && bn == n, "gemm: shapes do not chain: {}{} x {}{} -> {}", a.describe(),
+               trans_a ? "^T" : "", b.describe(), trans_b ? "^T" : "", c.describe());
+  const int64_t batch = c.numel() / std::max<int64_t>(m * n, 1);
+  RETORT_CHECK(a.ndim() == 2 || a.numel() == batch * m * k, "gemm: batch of {} does not match {}", a.describe(),
+               c.describe());
+  RETORT_CHECK(b.ndim() == 2 || b.numel() == batch * k * n, "gemm: batch of {} does not match {}", b.describe(),
+               c.describe());
+  RETORT_CHECK(a.dtype() == b.dtype() && (c.dtype() == a.dtype() || (a.dtype() == DType::BF16 && c.dtype() == DType::F32)),
+               "gemm: dtypes {} x {} -> {} not supported", a.describe(), b.describe(), c.describe());
+  floating(c, "gemm");
+  RETORT_DISPATCH(c.device(), gemm, a, b, c, trans_a, trans_b, alpha, beta);
+}
+
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y, Tensor& mean,
+                        Tensor& rstd) {
+  same_device({&x, &weight, &bias, &y, &mean, &rstd}, "layer_norm");
+  same_shape(x, y, "layer_norm");
+  RETORT_CHECK(weight.numel() == x.size(-1) && (!bias.defined() || bias.numel() == x.size(-1)),
+               "layer_norm: weight {} / bias do not match the last dim of {}", weight.describe(), x.describe());
+  row_stats(mean, x, "layer_norm");
+  row_stats(rstd, x, "layer_norm");
+  RETORT_DISPATCH(x.device(), layer_norm_forward, x, weight, bias, eps, y, mean, rstd);
+}
+
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  same_device({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias}, "layer_norm_backward");
+  same_shape(dy, x, "layer_norm_backward");
+  same_shape(dx, x, "layer_norm_backward");
+  RETORT_DISPATCH(x.device(), layer_norm_backward, dy, x, weight, mean, rstd, dx, dweight, dbias);
+}
+
+void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, Tensor& y, Tensor& rstd) {
+  same_device({&x, &weight, &y, &rstd}, "rms_norm");
+  same_shape(x, y, "rms_norm");
+  RETORT_CHECK(weight.numel() == x.size(-1), "rms_norm: weight {} does not match the last dim of {}",
+               weight.describe(), x.describe());
+  row_stats(rstd, x, "rms_norm");
+  RETORT_DISPATCH(x.device(), rms_norm_forward, x, weight, eps, y, rstd);
+}
+
+void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, Tensor& dx,
+                       Tensor& dweight) {
+  same_device({&dy, &x, &weight, &rstd, &dx, &dweight}, "rms_norm_backward");
+  same_shape(dy, x, "rms_norm_backward");
+  same_shape(dx, x, "rms_norm_backward");
+  RETORT_DISPATCH(x.device(), rms_norm_backward, dy, x, weight, rstd, dx, dweight);
+}
+
+void softmax_forward(const Tensor& x, Tensor& y) {
+  same_device({&x, &y}, "softmax");
+  same_shape(x, y, "softmax");
+  floating(x, "softmax");
+  RETORT_DISPATCH(x.device(), softmax_forward, x, y);
+}
+
+void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  same_device({&y, &dy, &dx}, "softmax_backward");
+  same_shape(y, dy, "softmax_backward");
+  same_shape(y, dx, "softmax_backward");
+  RETORT_DISPATCH(y.device(), softmax_backward, y, dy, dx);
+}
+
+void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs) {
+  same_device({&qkv, &out, &probs}, "attention");
+  RETORT_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0, "attention: qkv must be [B, T, 3C], got {}", qkv.describe());
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  RETORT_CHECK(n_head > 0 && C % n_head == 0, "attention: width {} does not divide into {} heads", C, n_head);
+  RETORT_CHECK(out.shape() == Shape({B, T, C}), "attention: out {} should be [{}, {}, {}]", out.describe(), B, T, C);
+  RETORT_CHECK(probs.shape() == Shape({B, n_head, T, T}), "attention: probs {} should be [{}, {}, {}, {}]",
+               probs.describe(), B, n_head, T, T);
+  RETORT_DISPATCH(qkv.device(), attention_forward, qkv, n_head, out, probs);
+}
+
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head, Tensor& dqkv) {
+  same_device({&dout, &qkv, &probs, &dqkv}, "attention_backward");
+  same_shape(qkv, dqkv, "attention_backward");
+  RETORT_CHECK(dout.numel() * 3 == qkv.numel(), "attention_backward: dout {} does not match qkv {}", dout.describe(),
+               qkv.describe());
+  RETORT_DISPATCH(qkv.device(), attention_backward, dout, qkv, probs, n_head, dqkv);
+}
+
+void embedding_forward(const Tensor& table, const Tensor& ids, Tensor& out) {
+  same_device({&table, &ids, &out}, "embedding");
+  RETORT_CHECK(table.ndim() == 2 && ids.dtype() == DType::I32, "embedding: table {} / ids {} invalid",
+               table.describe(), ids.describe());
+  RETORT_CHECK(out.numel() == ids.numel() * table.size(1) && out.dtype() == table.dtype(),
+               "embedding: out {} does not fit {} ids of width {}", out.describe(), ids.numel(), table.size(1));
+  RETORT_DISPATCH(table.device(), embedding_forward, table, ids, out);
+}
+
+void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) {
+  same_device({&dout, &ids, &dtable}, "embedding_backward");
+  RETORT_CHECK(dout.numel() == ids.numel() * dtable.size(1), "embedding_backward: dout {} does not fit {} ids",
+               dout.describe(), ids.numel());
+  RETORT_DISPATCH(dtable.device(), embedding_backward, dout, ids, dtable);
+}
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int ignore_index, Tensor& row_loss,
+                           Tensor& lse) {
+  same_device({&logits, &targets, &row_loss, &lse}, "cross_entropy");
+  RETORT_CHECK(logits.ndim() == 2 && targets.dtype() == DType::I32 && targets.numel() == logits.size(0),
+               "cross_entropy: logits {} must be [N, V] and targets {} i32 [N]", logits.describe(), targets.describe());
+  row_stats(row_loss, logits, "cross_entropy");
+  row_stats(lse, logits, "cross_entropy");
+  RETORT_DISPATCH(logits.device(), cross_entropy_forward, logits, targets, ignore_index, row_loss, lse);
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int ignore_index,
+                            float grad_scale, Tensor& dlogits) {
+  same_device({&logits, &targets, &lse, &dlogits}, "cross_entropy_backward");
+  same_shape(logits, dlogits, "cross_entropy_backward");
+  RETORT_DISPATCH(logits.device(), cross_entropy_backward, logits, targets, lse, ignore_index, grad_scale, dlogits);
+}
+
+}  // namespace retort::kernels

@@ -1,0 +1,75 @@
+#pragma once
+// Raw compute on tensors: no autograd, outputs preallocated by the caller, contiguous row-major layout.
+// Each kernel has a CPU implementation (kernels/cpu, Eigen/OpenMP; f32, f64 and bf16 storage with float
+// math) and a CUDA implementation (kernels/cuda; f32 and bf16 storage with float32 accumulation).
+// The entry points below check shapes and dispatch on the device of the tensors.
+#include <cstdint>
+
+#include "core/tensor/tensor.h"
+
+namespace retort::kernels {
+
+// ---- elementwise -------------------------------------------------------------------------------------
+void fill(Tensor& x, double value);
+void cast(const Tensor& x, Tensor& out);  // dtype conversion, same shape
+// out = alpha * a + beta * b (same numel; out may alias a or b).
+void add(const Tensor& a, const Tensor& b, Tensor& out, float alpha, float beta);
+// out = x + bias, bias broadcast along the last dimension.
+void add_bias(const Tensor& x, const Tensor& bias, Tensor& out);
+// out[j] = beta * out[j] + sum over all leading rows of x[..., j] (the bias gradient).
+void sum_rows(const Tensor& x, Tensor& out, float beta);
+void mul(const Tensor& a, const Tensor& b, Tensor& out);  // out = a * b elementwise
+void scale(const Tensor& x, float s, Tensor& out);        // out = s * x (out may alias x)
+// GELU with the tanh approximation (GPT-2's).
+void gelu_forward(const Tensor& x, Tensor& y);
+void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+
+// ---- reductions (results are f32 one-element tensors on the same device, f64 for f64 input) -----------
+void sum(const Tensor& x, Tensor& out);
+void sum_squares(const Tensor& x, Tensor& out);
+
+// ---- matrix products -----------------------------------------------------------------------------------
+// c = alpha * op(a) @ op(b) + beta * c, batched over leading dims.
+//   a: [..., M, K] ([..., K, M] if trans_a), b: [..., K, N] ([..., N, K] if trans_b), c: [..., M, N].
+//   b (or a) may be 2-D: the same matrix for every batch. a, b, c share a floating dtype, except that c
+//   may be f32 when a, b are bf16. GPU: cuBLAS with float32 compute (no TF32).
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b, float alpha, float beta);
+
+// ---- normalisation and softmax over the last dimension --------------------------------------------------
+// mean and rstd: f32 [rows]. bias may be undefined.
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
+                        Tensor& mean, Tensor& rstd);
+// dx is written; dweight and dbias (when defined) are accumulated into.
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias);
+void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, Tensor& y, Tensor& rstd);
+void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, Tensor& dx,
+                       Tensor& dweight);
+void softmax_forward(const Tensor& x, Tensor& y);
+void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
+
+// ---- attention -----------------------------------------------------------------------------------------
+// Causal scaled dot-product self-attention on packed projections.
+//   qkv: [B, T, 3C] (q | k | v, each C = n_head * head_dim), out: [B, T, C], probs: [B, n_head, T, T]
+//   (saved for backward; entries above the diagonal are 0).
+void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs);
+// dqkv: [B, T, 3C], written.
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head, Tensor& dqkv);
+
+// ---- embedding -----------------------------------------------------------------------------------------
+// out[n, :] = table[ids[n], :]; ids i32 [N] (any shape, flattened); out [N, C]. Ids out of range throw (CPU)
+// or are reported by a device-side check (CUDA).
+void embedding_forward(const Tensor& table, const Tensor& ids, Tensor& out);
+// dtable[ids[n], :] += dout[n, :] (dtable accumulated into; repeated ids add up).
+void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable);
+
+// ---- cross-entropy (single device; the vocab-parallel losses live in losses/) --------------------------------
+// logits [N, V], targets i32 [N]. row_loss f32 [N] = lse - logit[target] (0 for ignore_index rows),
+// lse f32 [N]. Returns nothing; the caller reduces.
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int ignore_index, Tensor& row_loss,
+                           Tensor& lse);
+// dlogits[n, j] = grad_scale * (softmax(logits[n])_j - [j == target_n]), 0 for ignored rows.
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int ignore_index,
+                            float grad_scale, Tensor& dlogits);
+
+}  // namespace retort::kernels

@@ -1,0 +1,279 @@
+#include "core/ops/ops.h"
+
+#include <cmath>
+
+#include "core/autograd/engine.h"
+#include "core/kernels/kernels.h"
+#include "core/util/error.h"
+
+namespace retort::ops {
+
+namespace {
+
+Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
+Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.shape(), t.dtype(), t.device()); }
+// Per-row statistics are kept in f32, or f64 when the op runs in f64 (reference checks).
+DType stat_dtype(const Tensor& t) { return t.dtype() == DType::F64 ? DType::F64 : DType::F32; }
+Tensor row_stat(const Tensor& x) {
+  const int64_t rows = x.size(-1) == 0 ? 0 : x.numel() / x.size(-1);
+  return Tensor::empty({rows}, stat_dtype(x), x.device());
+}
+Tensor scalar_result(const Tensor& x) { return Tensor::empty({}, stat_dtype(x), x.device()); }
+
+}  // namespace
+
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  Tensor out = x.view(shape);
+  const Shape original = x.shape();
+  return autograd::record(out, "reshape", {x}, [original](const Tensor& g) {
+    return std::vector<Tensor>{g.view(original)};
+  });
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  Tensor out = Tensor::empty(x.shape(), dtype, x.device());
+  kernels::cast(x, out);
+  const DType original = x.dtype();
+  return autograd::record(out, "cast", {x}, [original](const Tensor& g) {
+    return std::vector<Tensor>{g.to(original)};
+  });
+}
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  RETORT_CHECK(a.shape() == b.shape(), "add: shapes differ ({} vs {})", a.describe(), b.describe());
+  Tensor out = empty_like(a);
+  kernels::add(a, b, out, 1.0f, 1.0f);
+  return autograd::record(out, "add", {a, b}, [](const Tensor& g) { return std::vector<Tensor>{g, g}; });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  RETORT_CHECK(a.shape() == b.shape(), "sub: shapes differ ({} vs {})", a.describe(), b.describe());
+  Tensor out = empty_like(a);
+  kernels::add(a, b, out, 1.0f, -1.0f);
+  return autograd::record(out, "sub", {a, b}, [](const Tensor& g) {
+    Tensor neg = empty_like(g);
+    kernels::scale(g, -1.0f, neg);
+    return std::vector<Tensor>{g, neg};
+  });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = empty_like(a);
+  kernels::mul(a, b, out);
+  return autograd::record(out, "mul", {a, b}, [a, b](const Tensor& g) {
+    Tensor ga, gb;
+    if (a.requires_grad()) {
+      ga = empty_like(a);
+      kernels::mul(g, b, ga);
+    }
+    if (b.requires_grad()) {
+      gb = empty_like(b);
+      kernels::mul(g, a, gb);
+    }
+    return std::vector<Tensor>{ga, gb};
+  });
+}
+
+Tensor scale(const Tensor& x, double s) {
+  Tensor out = empty_like(x);
+  kernels::scale(x, static_cast<float>(s), out);
+  return autograd::record(out, "scale", {x}, [s](const Tensor& g) {
+    Tensor gx = empty_like(g);
+    kernels::scale(g, static_cast<float>(s), gx);
+    return std::vector<Tensor>{gx};
+  });
+}
+
+Tensor add_bias(const Tensor& x, const Tensor& bias) {
+  Tensor out = empty_like(x);
+  kernels::add_bias(x, bias, out);
+  return autograd::record(out, "add_bias", {x, bias}, [bias](const Tensor& g) {
+    Tensor gb;
+    if (bias.requires_grad()) {
+      gb = empty_like(bias);
+      kernels::sum_rows(g, gb, 0.0f);
+    }
+    return std::vector<Tensor>{g, gb};
+  });
+}
+
+Tensor gelu(const Tensor& x) {
+  Tensor out = empty_like(x);
+  kernels::gelu_forward(x, out);
+  return autograd::record(out, "gelu", {x}, [x](const Tensor& g) {
+    Tensor gx = empty_like(x);
+    kernels::gelu_backward(x, g, gx);
+    return std::vector<Tensor>{gx};
+  });
+}
+
+Tensor sum(const Tensor& x) {
+  Tensor out = scalar_result(x);
+  kernels::sum(x, out);
+  return autograd::record(out, "sum", {x}, [x](const Tensor& g) {
+    return std::vector<Tensor>{Tensor::full(x.shape(), g.item(), x.dtype(), x.device())};
+  });
+}
+
+Tensor mean(const Tensor& x) { return scale(sum(x), 1.0 / std::max<int64_t>(x.numel(), 1)); }
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  RETORT_CHECK(a.ndim() >= 2 && b.ndim() >= 2, "matmul: operands must be at least 2-D ({}, {})", a.describe(),
+               b.describe());
+  const int64_t m = trans_a ? a.size(-1) : a.size(-2);
+  const int64_t n = trans_b ? b.size(-2) : b.size(-1);
+  Shape out_shape = a.ndim() >= b.ndim() ? a.shape() : b.shape();
+  out_shape[out_shape.size() - 2] = m;
+  out_shape[out_shape.size() - 1] = n;
+  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+  kernels::gemm(a, b, out, trans_a, trans_b, 1.0f, 0.0f);
+  return autograd::record(out, "matmul", {a, b}, [a, b, trans_a, trans_b](const Tensor& g) {
+    Tensor ga, gb;
+    if (a.requires_grad()) {
+      // C = op(A) op(B): dop(A) = G op(B)^T, and dA is its transpose when A entered transposed.
+      ga = empty_like(a);
+      if (a.ndim() == 2 && g.ndim() > 2) {
+        // A shared across the batch: its gradient sums over the batch, i.e. one GEMM over stacked rows.
+        Tensor g2 = g.view({-1, g.size(-1)});
+        RETORT_CHECK(b.ndim() == 2, "matmul: batched gradient with a shared left operand needs a 2-D right operand");
+        if (!trans_a) kernels::gemm(g2, b, ga, false, !trans_b, 1.0f, 0.0f);
+        else kernels::gemm(b, g2, ga, trans_b, true, 1.0f, 0.0f);
+      } else if (!trans_a) {
+        kernels::gemm(g, b, ga, false, !trans_b, 1.0f, 0.0f);
+      } else {
+        kernels::gemm(b, g, ga, trans_b, true, 1.0f, 0.0f);
+      }
+    }
+    if (b.requires_grad()) {
+      gb = empty_like(b);
+      if (b.ndim() == 2 && g.ndim() > 2) {
+        // B shared across the batch: fold the batch into the rows of A and G.
+        Tensor g2 = g.view({-1, g.size(-1)});
+        RETORT_CHECK(!trans_a, "matmul: a shared right operand needs a non-transposed left operand");
+        Tensor a2 = a.view({-1, a.size(-1)});
+        if (!trans_b) kernels::gemm(a2, g2, gb, true, false, 1.0f, 0.0f);
+        else kernels::gemm(g2, a2, gb, true, false, 1.0f, 0.0f);
+      } else if (!trans_b) {
+        kernels::gemm(a, g, gb, !trans_a, false, 1.0f, 0.0f);
+      } else {
+        kernels::gemm(g, a, gb, true, trans_a, 1.0f, 0.0f);
+      }
+    }
+    return std::vector<Tensor>{ga, gb};
+  });
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  RETORT_CHECK(weight.ndim() == 2 && x.size(-1) == weight.size(1), "linear: input {} does not match weight {}",
+               x.describe(), weight.describe());
+  const int64_t in = weight.size(1), out_features = weight.size(0);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  Tensor x2 = x.view({-1, in});
+  Tensor out2 = out.view({-1, out_features});
+  kernels::gemm(x2, weight, out2, false, true, 1.0f, 0.0f);
+  if (bias.defined()) kernels::add_bias(out2, bias, out2);
+  return autograd::record(out, "linear", {x, weight, bias}, [x2, weight, bias, x_shape = x.shape()](const Tensor& g) {
+    Tensor g2 = g.view({-1, weight.size(0)});
+    Tensor gx = Tensor::empty(x2.shape(), x2.dtype(), x2.device());
+    kernels::gemm(g2, weight, gx, false, false, 1.0f, 0.0f);
+    Tensor gw, gb;
+    if (weight.requires_grad()) {
+      gw = empty_like(weight);
+      kernels::gemm(g2, x2, gw, true, false, 1.0f, 0.0f);
+    }
+    if (bias.defined() && bias.requires_grad()) {
+      gb = empty_like(bias);
+      kernels::sum_rows(g2, gb, 0.0f);
+    }
+    return std::vector<Tensor>{gx.view(x_shape), gw, gb};
+  });
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  Tensor y = empty_like(x), mean_stat = row_stat(x), rstd = row_stat(x);
+  kernels::layer_norm_forward(x, weight, bias, static_cast<float>(eps), y, mean_stat, rstd);
+  return autograd::record(y, "layer_norm", {x, weight, bias}, [x, weight, bias, mean_stat, rstd](const Tensor& g) {
+    Tensor gx = empty_like(x);
+    Tensor gw = weight.requires_grad() ? zeros_like(weight) : Tensor();
+    Tensor gb = bias.defined() && bias.requires_grad() ? zeros_like(bias) : Tensor();
+    kernels::layer_norm_backward(g, x, weight, mean_stat, rstd, gx, gw, gb);
+    return std::vector<Tensor>{gx, gw, gb};
+  });
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  Tensor y = empty_like(x), rstd = row_stat(x);
+  kernels::rms_norm_forward(x, weight, static_cast<float>(eps), y, rstd);
+  return autograd::record(y, "rms_norm", {x, weight}, [x, weight, rstd](const Tensor& g) {
+    Tensor gx = empty_like(x);
+    Tensor gw = weight.requires_grad() ? zeros_like(weight) : Tensor();
+    kernels::rms_norm_backward(g, x, weight, rstd, gx, gw);
+    return std::vector<Tensor>{gx, gw};
+  });
+}
+
+Tensor softmax(const Tensor& x) {
+  Tensor y = empty_like(x);
+  kernels::softmax_forward(x, y);
+  // The closure keeps y's storage through a detached handle: capturing y itself would be a cycle.
+  Tensor saved = y.detach();
+  return autograd::record(y, "softmax", {x}, [saved](const Tensor& g) {
+    Tensor gx = empty_like(saved);
+    kernels::softmax_backward(saved, g, gx);
+    return std::vector<Tensor>{gx};
+  });
+}
+
+Tensor causal_self_attention(const Tensor& qkv, int n_head) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  Tensor out = Tensor::empty({B, T, C}, qkv.dtype(), qkv.device());
+  Tensor probs = Tensor::empty({B, n_head, T, T}, qkv.dtype(), qkv.device());
+  kernels::attention_forward(qkv, n_head, out, probs);
+  return autograd::record(out, "causal_self_attention", {qkv}, [qkv, probs, n_head](const Tensor& g) {
+    Tensor gqkv = empty_like(qkv);
+    kernels::attention_backward(g, qkv, probs, n_head, gqkv);
+    return std::vector<Tensor>{gqkv};
+  });
+}
+
+Tensor embedding(const Tensor& table, const Tensor& ids) {
+  Shape out_shape = ids.shape();
+  out_shape.push_back(table.size(1));
+  Tensor out = Tensor::empty(out_shape, table.dtype(), table.device());
+  kernels::embedding_forward(table, ids, out);
+  return autograd::record(out, "embedding", {table}, [table, ids](const Tensor& g) {
+    Tensor gt = zeros_like(table);
+    kernels::embedding_backward(g, ids, gt);
+    return std::vector<Tensor>{gt};
+  });
+}
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int ignore_index) {
+  const int64_t vocab = logits_in.size(-1);
+  RETORT_CHECK(targets_in.numel() * vocab == logits_in.numel(), "cross_entropy: targets {} do not match logits {}",
+               targets_in.describe(), logits_in.describe());
+  Tensor logits = logits_in.view({-1, vocab});
+  Tensor targets = targets_in.view({-1});
+  Tensor row_loss = row_stat(logits), lse = row_stat(logits);
+  kernels::cross_entropy_forward(logits, targets, ignore_index, row_loss, lse);
+  // The count of valid rows decides the mean; targets live on the host in the training loop, so counting
+  // there costs nothing (the vocab-parallel losses in losses/ keep this on the device).
+  int64_t valid = 0;
+  for (int32_t t : targets.to_ints()) valid += t != ignore_index;
+  Tensor total = scalar_result(logits);
+  kernels::sum(row_loss, total);
+  Tensor loss = Tensor::empty({}, total.dtype(), total.device());
+  kernels::scale(total, valid > 0 ? 1.0f / static_cast<float>(valid) : 0.0f, loss);
+  return autograd::record(loss, "cross_entropy", {logits_in},
+                          [logits, targets, lse, ignore_index, valid, shape = logits_in.shape()](const Tensor& g) {
+                            Tensor gl = empty_like(logits);
+                            const double scale = valid > 0 ? g.item() / static_cast<double>(valid) : 0.0;
+                            kernels::cross_entropy_backward(logits, targets, lse, ignore_index,
+                                                            static_cast<float>(scale), gl);
+                            return std::vector<Tensor>{gl.view(shape)};
+                          });
+}
+
+}  // namespace retort::ops

@@ -1,0 +1,44 @@
+#pragma once
+// Differentiable ops: each computes its result through core/kernels and records one backward node on
+// the tape (when grad mode is on and an input requires a gradient). Fused ops are one node.
+#include "core/tensor/tensor.h"
+
+namespace retort::ops {
+
+// Shapes and dtypes.
+Tensor reshape(const Tensor& x, const Shape& shape);  // a view; gradient reshaped back
+Tensor cast(const Tensor& x, DType dtype);            // gradient cast back to x's dtype
+
+// Elementwise.
+Tensor add(const Tensor& a, const Tensor& b);  // same shapes
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& x, double s);
+Tensor add_bias(const Tensor& x, const Tensor& bias);  // bias broadcast along the last dim
+Tensor gelu(const Tensor& x);                          // tanh approximation
+
+// Reductions to one element (f32, or f64 for f64 input).
+Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
+
+// Matrix products, batched over leading dims; b may be 2-D and shared across the batch.
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// y = x W^T + b with W [out, in] (b may be undefined): one node.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// Over the last dimension.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+Tensor softmax(const Tensor& x);
+
+// Causal scaled dot-product self-attention on packed q|k|v projections [B, T, 3C] -> [B, T, C].
+Tensor causal_self_attention(const Tensor& qkv, int n_head);
+
+// Rows of `table` [V, C] picked by i32 `ids` of any shape -> ids.shape + [C].
+Tensor embedding(const Tensor& table, const Tensor& ids);
+
+// Mean over non-ignored rows of -log softmax(logits)[target]; logits [N, V] (or [..., V]), targets i32
+// with the leading shape. A batch where every row is ignored gives 0 and zero gradients. f32 result.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index = -100);
+
+}  // namespace retort::ops

@@ -1,0 +1,136 @@
+#include "core/tensor/device_runtime.h"
+
+#include <cstring>
+
+#include "core/util/error.h"
+
+#ifdef RETORT_WITH_CUDA
+#include "core/cuda/cuda_context.h"
+#endif
+
+namespace retort {
+
+#ifdef RETORT_WITH_CUDA
+namespace {
+// Makes `device` current for the scope, restoring the previous device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    RETORT_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) RETORT_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+}  // namespace
+
+bool cuda_available() { return cuda_device_count() > 0; }
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return count;
+}
+#else
+bool cuda_available() { return false; }
+int cuda_device_count() { return 0; }
+#endif
+
+namespace device_runtime {
+
+#ifndef RETORT_WITH_CUDA
+[[noreturn]] static void no_cuda() {
+  throw Error("this retort build has no CUDA backend: rebuild on a machine with the CUDA toolkit (nvcc) to use a GPU");
+}
+#endif
+
+void* allocate(size_t nbytes, Device device) {
+  if (nbytes == 0) nbytes = 1;
+  if (device.is_cpu()) {
+    // 64-byte alignment suits AVX-512 loads and keeps rows of views aligned.
+    void* ptr = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
+    RETORT_CHECK(ptr != nullptr, "out of host memory allocating {} bytes", nbytes);
+    return ptr;
+  }
+#ifdef RETORT_WITH_CUDA
+  DeviceGuard guard(device.index);
+  void* ptr = nullptr;
+  cudaError_t status = cudaMallocAsync(&ptr, nbytes, cuda::compute_stream(device.index));
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw Error(fmt::format("out of GPU memory on {} allocating {:.1f} MiB: reduce the batch size or sequence length",
+                            device.str(), nbytes / 1048576.0));
+  }
+  RETORT_CUDA_CHECK(status);
+  return ptr;
+#else
+  no_cuda();
+#endif
+}
+
+void release(void* ptr, Device device) {
+  if (!ptr) return;
+  if (device.is_cpu()) {
+    std::free(ptr);
+    return;
+  }
+#ifdef RETORT_WITH_CUDA
+  DeviceGuard guard(device.index);
+  cudaFreeAsync(ptr, cuda::compute_stream(device.index));  // never throw from a destructor path
+#endif
+}
+
+void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (nbytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, nbytes);
+    return;
+  }
+#ifdef RETORT_WITH_CUDA
+  const int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
+  DeviceGuard guard(device);
+  cudaStream_t stream = cuda::compute_stream(device);
+  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
+    // Order after pending work on both devices.
+    RETORT_CUDA_CHECK(cudaStreamSynchronize(cuda::compute_stream(src_device.index)));
+    RETORT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes, stream));
+    RETORT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
+  RETORT_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
+  // Host memory here is pageable and may be freed right after we return: wait for the copy.
+  if (dst_device.is_cpu() || src_device.is_cpu()) RETORT_CUDA_CHECK(cudaStreamSynchronize(stream));
+#else
+  no_cuda();
+#endif
+}
+
+void memset_zero(void* ptr, size_t nbytes, Device device) {
+  if (nbytes == 0) return;
+  if (device.is_cpu()) {
+    std::memset(ptr, 0, nbytes);
+    return;
+  }
+#ifdef RETORT_WITH_CUDA
+  DeviceGuard guard(device.index);
+  RETORT_CUDA_CHECK(cudaMemsetAsync(ptr, 0, nbytes, cuda::compute_stream(device.index)));
+#else
+  no_cuda();
+#endif
+}
+
+void synchronize(Device device) {
+  if (device.is_cpu()) return;
+#ifdef RETORT_WITH_CUDA
+  RETORT_CUDA_CHECK(cudaStreamSynchronize(cuda::compute_stream(device.index)));
+#else
+  no_cuda();
+#endif
+}
+
+}  // namespace device_runtime
+}  // namespace retort

@@ -1,1 +1,28 @@
-int main() { return 0; }
+// The `retort` command: subcommands for training and (later) distillation, generation and benchmarks.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "apps/train_command.h"
+#include "core/util/error.h"
+#include "core/util/logging.h"
+
+int main(int argc, char** argv) {
+  retort::setup_logging();
+  CLI::App app{"retort: tensor-parallel training and distillation in C++ and CUDA"};
+  app.require_subcommand(1);
+  retort::apps::add_train_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const retort::InputError& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -72,7 +72,9 @@ void* cublas_workspace(size_t* nbytes) {
   return context(current_device()).workspace;
 }
 
-const cudaDeviceProp& device_properties(int device) { return context(device).properties; }
+const cudaDeviceProp& device_properties(int device) {
+  return context(device).properties;
+}
 
 DeviceGuard::DeviceGuard(int device) {
   RETORT_CUDA_CHECK(cudaGetDevice(&previous_));
@@ -86,7 +88,9 @@ DeviceGuard::~DeviceGuard() {
   if (switched_) cudaSetDevice(previous_);  // never throw from a destructor
 }
 
-DeviceErrorRecord* device_error_record() { return context(current_device()).error_record; }
+DeviceErrorRecord* device_error_record() {
+  return context(current_device()).error_record;
+}
 
 std::optional<DeviceErrorRecord> take_device_error() {
   DeviceContext& ctx = context(current_device());

@@ -20,7 +20,9 @@ void ContentHash::update(std::string_view bytes) {
   state_ = h;
 }
 
-std::string ContentHash::hex() const { return fmt::format("{:016x}", state_); }
+std::string ContentHash::hex() const {
+  return fmt::format("{:016x}", state_);
+}
 
 std::string content_hash_hex(std::string_view bytes) {
   ContentHash hash;

@@ -19,7 +19,9 @@ bool is_hidden(const fs::path& path) {
   return name.size() > 1 && name[0] == '.' && name != "..";
 }
 
-bool has_glob_characters(const std::string& spec) { return spec.find_first_of("*?[") != std::string::npos; }
+bool has_glob_characters(const std::string& spec) {
+  return spec.find_first_of("*?[") != std::string::npos;
+}
 
 void add_text_file(const fs::path& path, std::vector<fs::path>& files) {
   if (!is_binary_file(path)) files.push_back(fs::canonical(path));
@@ -58,7 +60,9 @@ std::string_view without_carriage_return(std::string_view line) {
   return line;
 }
 
-bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos; }
+bool is_blank(std::string_view line) {
+  return line.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos;
+}
 
 // Lines without their '\n'; a final line without '\n' still counts.
 std::vector<std::string_view> split_lines(std::string_view text) {
@@ -123,8 +127,8 @@ std::vector<fs::path> resolve_corpus(const std::string& spec) {
 
 std::vector<std::string> split_documents(std::string_view text) {
   const std::vector<std::string_view> lines = split_lines(text);
-  const bool fortune_format =
-      std::any_of(lines.begin(), lines.end(), [](std::string_view line) { return without_carriage_return(line) == "%"; });
+  const bool fortune_format = std::any_of(lines.begin(), lines.end(),
+                                          [](std::string_view line) { return without_carriage_return(line) == "%"; });
 
   std::vector<std::string> documents;
   std::string current;

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -99,7 +99,8 @@ SplitResult write_split(const std::string& split, const std::vector<size_t>& ord
   SplitResult result;
   result.documents = static_cast<int64_t>(order.size());
   for (const size_t d : order) result.tokens += static_cast<int64_t>(tokens[d].size());
-  const int64_t shard_count = result.tokens == 0 ? 0 : (result.tokens + options.shard_tokens - 1) / options.shard_tokens;
+  const int64_t shard_count =
+      result.tokens == 0 ? 0 : (result.tokens + options.shard_tokens - 1) / options.shard_tokens;
   std::vector<int32_t> stream;
   stream.reserve(static_cast<size_t>(result.tokens));
   for (const size_t d : order) stream.insert(stream.end(), tokens[d].begin(), tokens[d].end());
@@ -149,7 +150,8 @@ json split_entry(const SplitResult& split) {
 }
 
 void validate(const DatasetOptions& options) {
-  RETORT_INPUT_CHECK(!options.data_dir.empty(), "the data folder is not set: give a folder for the tokenizer and shards");
+  RETORT_INPUT_CHECK(!options.data_dir.empty(),
+                     "the data folder is not set: give a folder for the tokenizer and shards");
   RETORT_INPUT_CHECK(options.val_fraction >= 0.0 && options.val_fraction < 1.0,
                      "val_fraction {} must be in [0, 1): it is the share of tokens held out for validation",
                      options.val_fraction);
@@ -160,7 +162,9 @@ void validate(const DatasetOptions& options) {
 
 }  // namespace
 
-std::string shard_file_name(const std::string& split, int64_t index) { return fmt::format("{}_{:03d}.bin", split, index); }
+std::string shard_file_name(const std::string& split, int64_t index) {
+  return fmt::format("{}_{:03d}.bin", split, index);
+}
 
 PreparedDataset prepare_token_dataset(const DatasetOptions& options) {
   validate(options);
@@ -198,8 +202,8 @@ PreparedDataset prepare_token_dataset(const DatasetOptions& options) {
   fs::remove(manifest_path);
 
   const std::vector<std::string> documents = read_documents(files);
-  RETORT_INPUT_CHECK(!documents.empty(), "corpus '{}' holds no text (all {} files are empty or blank)",
-                     options.corpus, files.size());
+  RETORT_INPUT_CHECK(!documents.empty(), "corpus '{}' holds no text (all {} files are empty or blank)", options.corpus,
+                     files.size());
   RETORT_INPUT_CHECK(options.val_fraction == 0.0 || documents.size() >= 2,
                      "corpus '{}' holds a single document, which cannot be split into train and validation: give "
                      "more text or set val_fraction to 0",
@@ -256,10 +260,11 @@ PreparedDataset prepare_token_dataset(const DatasetOptions& options) {
   result.val_tokens = val.tokens;
   result.train_documents = train.documents;
   result.val_documents = val.documents;
-  spdlog::info("data: wrote {} train tokens ({} documents, {} shards) and {} val tokens ({} documents) to '{}' in "
-               "{:.1f} s",
-               train.tokens, train.documents, train.shards.size(), val.tokens, val.documents,
-               options.data_dir.string(), seconds_since(start));
+  spdlog::info(
+      "data: wrote {} train tokens ({} documents, {} shards) and {} val tokens ({} documents) to '{}' in "
+      "{:.1f} s",
+      train.tokens, train.documents, train.shards.size(), val.tokens, val.documents, options.data_dir.string(),
+      seconds_since(start));
   return result;
 }
 

@@ -12,7 +12,9 @@ namespace retort::data {
 namespace fs = std::filesystem;
 namespace {
 
-const char* mode_name(LoaderMode mode) { return mode == LoaderMode::kTrain ? "train" : "eval"; }
+const char* mode_name(LoaderMode mode) {
+  return mode == LoaderMode::kTrain ? "train" : "eval";
+}
 
 void validate(const TokenLoaderOptions& options) {
   RETORT_INPUT_CHECK(options.batch_size > 0, "loader batch size {} must be positive", options.batch_size);
@@ -20,16 +22,15 @@ void validate(const TokenLoaderOptions& options) {
   RETORT_INPUT_CHECK(options.world > 0, "loader world size {} must be positive", options.world);
   RETORT_INPUT_CHECK(options.rank >= 0 && options.rank < options.world, "loader rank {} is outside world size {}",
                      options.rank, options.world);
-  RETORT_INPUT_CHECK(options.max_batches >= 0, "loader max_batches {} must be >= 0 (0 = no cap)",
-                     options.max_batches);
+  RETORT_INPUT_CHECK(options.max_batches >= 0, "loader max_batches {} must be >= 0 (0 = no cap)", options.max_batches);
 }
 
 }  // namespace
 
 void to_json(nlohmann::json& out, const LoaderState& state) {
-  out = nlohmann::json{{"epoch", state.epoch},   {"position", state.position}, {"seed", state.seed},
+  out = nlohmann::json{{"epoch", state.epoch},           {"position", state.position}, {"seed", state.seed},
                        {"batch_size", state.batch_size}, {"seq_len", state.seq_len},   {"world", state.world},
-                       {"windows", state.windows}, {"mode", state.mode}};
+                       {"windows", state.windows},       {"mode", state.mode}};
 }
 
 void from_json(const nlohmann::json& in, LoaderState& state) {
@@ -90,35 +91,44 @@ void TokenLoader::build_epoch_order() {
   seeded_shuffle(std::span<int64_t>(order_), rng);
 }
 
+// The epoch rolls over as soon as its last batch is taken, so epoch() and state() always describe the next
+// batch and one stream position has one state.
+void TokenLoader::start_epoch_if_finished() {
+  if (position_ < batches_per_epoch_) return;
+  ++epoch_;
+  position_ = 0;
+  build_epoch_order();
+}
+
 TokenBatch TokenLoader::next() {
-  if (position_ >= batches_per_epoch_) {
-    ++epoch_;
-    position_ = 0;
-    build_epoch_order();
-  }
   const int64_t B = options_.batch_size;
   const int64_t T = options_.seq_len;
-  TokenBatch batch{B, T, std::vector<int32_t>(static_cast<size_t>(B * T)), std::vector<int32_t>(static_cast<size_t>(B * T))};
+  TokenBatch batch{B, T, std::vector<int32_t>(static_cast<size_t>(B * T)),
+                   std::vector<int32_t>(static_cast<size_t>(B * T))};
   const int64_t first = (position_ * options_.world + options_.rank) * B;
   for (int64_t row = 0; row < B; ++row) {
     const int64_t slot = first + row;
     const int64_t window = options_.mode == LoaderMode::kTrain ? order_[static_cast<size_t>(slot)] : slot;
     const WindowStart start = window_start(window);
     const TokenShard& shard = shards_[static_cast<size_t>(start.shard)];
-    shard.copy_to(start.offset, std::span<int32_t>(batch.inputs).subspan(static_cast<size_t>(row * T), static_cast<size_t>(T)));
+    shard.copy_to(start.offset,
+                  std::span<int32_t>(batch.inputs).subspan(static_cast<size_t>(row * T), static_cast<size_t>(T)));
     shard.copy_to(start.offset + 1,
                   std::span<int32_t>(batch.targets).subspan(static_cast<size_t>(row * T), static_cast<size_t>(T)));
   }
   ++position_;
+  start_epoch_if_finished();
   return batch;
 }
 
 LoaderState TokenLoader::state_at(int64_t epoch, int64_t position) const {
-  return {epoch,         position, options_.seed, options_.batch_size, options_.seq_len, options_.world, total_windows_,
-          mode_name(options_.mode)};
+  return {epoch,          position,       options_.seed,           options_.batch_size, options_.seq_len,
+          options_.world, total_windows_, mode_name(options_.mode)};
 }
 
-LoaderState TokenLoader::state() const { return state_at(epoch_, position_); }
+LoaderState TokenLoader::state() const {
+  return state_at(epoch_, position_);
+}
 
 void TokenLoader::restore(const LoaderState& state) {
   const LoaderState here = state_at(state.epoch, state.position);
@@ -141,6 +151,7 @@ void TokenLoader::restore(const LoaderState& state) {
   epoch_ = state.epoch;
   position_ = state.position;
   if (new_epoch) build_epoch_order();
+  start_epoch_if_finished();
 }
 
 }  // namespace retort::data

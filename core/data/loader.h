@@ -69,6 +69,7 @@ class TokenLoader {
   // Batches this rank takes per epoch (train) or per pass (eval).
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   int64_t total_windows() const { return total_windows_; }
+  // The epoch of the next batch.
   int64_t epoch() const { return epoch_; }
   const TokenLoaderOptions& options() const { return options_; }
 
@@ -85,6 +86,7 @@ class TokenLoader {
   };
   WindowStart window_start(int64_t window) const;
   void build_epoch_order();
+  void start_epoch_if_finished();
   LoaderState state_at(int64_t epoch, int64_t position) const;
 
   TokenLoaderOptions options_;

@@ -64,7 +64,9 @@ void check_ids_below(const unsigned char* body, int64_t count, int64_t vocab_siz
 
 }  // namespace
 
-int shard_token_bytes(int64_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
+int shard_token_bytes(int64_t vocab_size) {
+  return vocab_size <= 65536 ? 2 : 4;
+}
 
 void write_token_shard(const fs::path& path, std::span<const int32_t> tokens, int64_t vocab_size) {
   RETORT_INPUT_CHECK(vocab_size > 0 && vocab_size <= int64_t{std::numeric_limits<int32_t>::max()} + 1,
@@ -108,9 +110,10 @@ TokenShard TokenShard::open(const fs::path& path, int64_t vocab_size) {
   const auto file_bytes = static_cast<int64_t>(info.st_size);
   if (file_bytes < kShardHeaderBytes) {
     ::close(fd);
-    throw InputError(fmt::format("token shard '{}' is {} bytes, shorter than the {}-byte header: the file is "
-                                 "truncated or not a token shard",
-                                 path.string(), file_bytes, kShardHeaderBytes));
+    throw InputError(
+        fmt::format("token shard '{}' is {} bytes, shorter than the {}-byte header: the file is "
+                    "truncated or not a token shard",
+                    path.string(), file_bytes, kShardHeaderBytes));
   }
   void* mapping = ::mmap(nullptr, static_cast<size_t>(file_bytes), PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_error = errno;
@@ -157,7 +160,9 @@ TokenShard TokenShard::open(const fs::path& path, int64_t vocab_size) {
   return shard;
 }
 
-TokenShard::TokenShard(TokenShard&& other) noexcept { *this = std::move(other); }
+TokenShard::TokenShard(TokenShard&& other) noexcept {
+  *this = std::move(other);
+}
 
 TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
   if (this != &other) {
@@ -171,7 +176,9 @@ TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
   return *this;
 }
 
-TokenShard::~TokenShard() { release(); }
+TokenShard::~TokenShard() {
+  release();
+}
 
 void TokenShard::release() {
   if (mapping_ != nullptr) ::munmap(const_cast<unsigned char*>(mapping_), mapping_bytes_);
@@ -180,8 +187,8 @@ void TokenShard::release() {
 }
 
 int32_t TokenShard::token(int64_t index) const {
-  RETORT_CHECK(index >= 0 && index < count_, "token index {} is outside shard '{}' of {} tokens", index,
-               path_.string(), count_);
+  RETORT_CHECK(index >= 0 && index < count_, "token index {} is outside shard '{}' of {} tokens", index, path_.string(),
+               count_);
   int32_t value = 0;
   copy_to(index, std::span<int32_t>(&value, 1));
   return value;

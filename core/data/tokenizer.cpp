@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "core/data/content_hash.h"
+#include "core/data/corpus.h"
 #include "core/data/rng.h"
 #include "core/io/atomic_file.h"
 #include "core/util/error.h"
@@ -58,8 +59,8 @@ std::vector<std::string_view> training_sentences(std::span<const std::string> do
     while (keep < chosen.size() && budget > 0) budget -= static_cast<int64_t>(documents[chosen[keep++]].size());
     chosen.resize(keep);
     std::sort(chosen.begin(), chosen.end());
-    spdlog::info("tokenizer: corpus has {} bytes; training on a seeded sample of {} of {} documents", total_bytes,
-                 keep, documents.size());
+    spdlog::info("tokenizer: corpus has {} bytes; training on a seeded sample of {} of {} documents", total_bytes, keep,
+                 documents.size());
   }
   std::vector<std::string_view> sentences;
   for (const size_t index : chosen) append_training_sentences(documents[index], sentences);
@@ -155,12 +156,17 @@ Tokenizer Tokenizer::train(std::span<const std::string> documents, const Tokeniz
   write_file_atomic(options.model_path, model_bytes);
   Tokenizer tokenizer(std::move(model_bytes), options.model_path);
   spdlog::info("tokenizer: trained BPE vocab {} on {} sentences in {:.1f} s -> {} (fingerprint {})",
-               tokenizer.vocab_size(), sentences.size(), seconds, options.model_path.string(),
-               tokenizer.fingerprint());
+               tokenizer.vocab_size(), sentences.size(), seconds, options.model_path.string(), tokenizer.fingerprint());
   return tokenizer;
 }
 
-Tokenizer Tokenizer::load(const fs::path& model_path) { return Tokenizer(read_file(model_path), model_path); }
+Tokenizer Tokenizer::train_on_files(const std::vector<fs::path>& files, const TokenizerTrainOptions& options) {
+  return train(read_documents(files), options);
+}
+
+Tokenizer Tokenizer::load(const fs::path& model_path) {
+  return Tokenizer(read_file(model_path), model_path);
+}
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int> ids;

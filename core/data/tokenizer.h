@@ -39,6 +39,9 @@ class Tokenizer {
  public:
   // Same documents and options -> same model bytes, hence the same fingerprint.
   static Tokenizer train(std::span<const std::string> documents, const TokenizerTrainOptions& options);
+  // The documents of the text files (see read_documents in corpus.h).
+  static Tokenizer train_on_files(const std::vector<std::filesystem::path>& files,
+                                  const TokenizerTrainOptions& options);
   static Tokenizer load(const std::filesystem::path& model_path);
 
   Tokenizer(Tokenizer&&) noexcept;

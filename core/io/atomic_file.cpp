@@ -15,7 +15,9 @@
 namespace retort {
 namespace {
 
-std::string errno_text(int error) { return std::strerror(error); }
+std::string errno_text(int error) {
+  return std::strerror(error);
+}
 
 void write_all(int fd, const char* data, size_t size, const std::filesystem::path& shown_path) {
   while (size > 0) {
@@ -151,7 +153,9 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
   file.commit();
 }
 
-void write_text_atomic(const std::filesystem::path& path, std::string_view text) { write_file_atomic(path, text); }
+void write_text_atomic(const std::filesystem::path& path, std::string_view text) {
+  write_file_atomic(path, text);
+}
 
 void write_file_atomic(const std::filesystem::path& path, const std::function<void(std::ostream&)>& produce) {
   TemporaryFile file(path);

@@ -47,9 +47,16 @@ OpenedFile open_and_read_header(const std::filesystem::path& path) {
   read_exactly(opened.stream, 0, length_bytes, 8, file, "the header length");
   uint64_t header_length = 0;
   for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | length_bytes[i];
+  // The reference implementation refuses headers over 100 MB; a length beyond that is a corrupt file, and
+  // believing it would allocate that much before finding out.
+  constexpr uint64_t kMaxHeaderLength = 100'000'000;
+  if (header_length > kMaxHeaderLength) {
+    truncated(file, fmt::format("the header length is {} bytes, more than the format's limit of {}", header_length,
+                                kMaxHeaderLength));
+  }
   if (header_length > file_size - 8) {
-    truncated(file, fmt::format("the header length is {} bytes but only {} bytes follow it", header_length,
-                                file_size - 8));
+    truncated(file,
+              fmt::format("the header length is {} bytes but only {} bytes follow it", header_length, file_size - 8));
   }
   std::string json(header_length, '\0');
   read_exactly(opened.stream, 8, json.data(), header_length, file, "the header");

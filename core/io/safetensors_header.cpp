@@ -20,12 +20,13 @@ constexpr std::string_view kMetadataKey = "__metadata__";
 constexpr std::array<DType, 4> kDTypes = {DType::F32, DType::BF16, DType::I32, DType::F64};
 
 [[noreturn]] void corrupt(const std::string& file, const std::string& what) {
-  throw InputError(fmt::format("safetensors file '{}': {}; the file is corrupt, truncated, or not a safetensors file",
-                               file, what));
+  throw InputError(
+      fmt::format("safetensors file '{}': {}; the file is corrupt, truncated, or not a safetensors file", file, what));
 }
 
 uint64_t to_offset(const OrderedJson& value, const std::string& file, const std::string& what) {
-  if (!value.is_number_unsigned()) corrupt(file, fmt::format("{} must be a non-negative integer, got {}", what, value.dump()));
+  if (!value.is_number_unsigned())
+    corrupt(file, fmt::format("{} must be a non-negative integer, got {}", what, value.dump()));
   return value.get<uint64_t>();
 }
 
@@ -51,7 +52,8 @@ SafetensorsTensorInfo decode_entry(const std::string& name, const OrderedJson& e
   info.dtype = *known;
 
   const OrderedJson& shape = entry["shape"];
-  if (!shape.is_array()) corrupt(file, fmt::format("tensor '{}' has a shape that is not a list: {}", name, shape.dump()));
+  if (!shape.is_array())
+    corrupt(file, fmt::format("tensor '{}' has a shape that is not a list: {}", name, shape.dump()));
   // The element count bounds the byte size, so it must not overflow before we compare it with the offsets.
   uint64_t numel = 1;
   bool overflow = false;
@@ -95,8 +97,7 @@ void check_layout(const std::vector<SafetensorsTensorInfo>& tensors, uint64_t da
     // An empty tensor occupies no bytes, so it can neither overlap nor fill a gap.
     if (info.end > info.begin) by_offset.push_back(&info);
   }
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const auto* a, const auto* b) { return a->begin < b->begin; });
+  std::sort(by_offset.begin(), by_offset.end(), [](const auto* a, const auto* b) { return a->begin < b->begin; });
   uint64_t covered = 0;
   const SafetensorsTensorInfo* previous = nullptr;
   for (const SafetensorsTensorInfo* info : by_offset) {
@@ -122,10 +123,14 @@ void check_layout(const std::vector<SafetensorsTensorInfo>& tensors, uint64_t da
 
 std::string_view safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "F32";
-    case DType::BF16: return "BF16";
-    case DType::I32: return "I32";
-    case DType::F64: return "F64";
+    case DType::F32:
+      return "F32";
+    case DType::BF16:
+      return "BF16";
+    case DType::I32:
+      return "I32";
+    case DType::F64:
+      return "F64";
   }
   return "?";
 }
@@ -135,16 +140,15 @@ std::string encode_safetensors_header(const std::vector<SafetensorsTensorInfo>& 
   OrderedJson header = OrderedJson::object();
   if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
   for (const SafetensorsTensorInfo& info : tensors) {
-    header[info.name] = {{"dtype", safetensors_dtype_name(info.dtype)},
-                         {"shape", info.shape},
-                         {"data_offsets", {info.begin, info.end}}};
+    header[info.name] = {
+        {"dtype", safetensors_dtype_name(info.dtype)}, {"shape", info.shape}, {"data_offsets", {info.begin, info.end}}};
   }
   std::string json;
   try {
     json = header.dump();
   } catch (const nlohmann::json::type_error& error) {
-    throw InputError(fmt::format("cannot write a safetensors header: tensor names and metadata must be valid UTF-8 ({})",
-                                 error.what()));
+    throw InputError(fmt::format(
+        "cannot write a safetensors header: tensor names and metadata must be valid UTF-8 ({})", error.what()));
   }
   json.append((8 - json.size() % 8) % 8, ' ');
   std::string encoded(8, '\0');

@@ -9,13 +9,20 @@ constexpr std::string_view kEraseLine = "\r\x1b[K";
 
 std::string_view level_color(spdlog::level::level_enum level) {
   switch (level) {
-    case spdlog::level::trace: return "\x1b[37m";
-    case spdlog::level::debug: return "\x1b[36m";
-    case spdlog::level::info: return "\x1b[32m";
-    case spdlog::level::warn: return "\x1b[33m\x1b[1m";
-    case spdlog::level::err: return "\x1b[31m\x1b[1m";
-    case spdlog::level::critical: return "\x1b[1m\x1b[41m";
-    default: return "";
+    case spdlog::level::trace:
+      return "\x1b[37m";
+    case spdlog::level::debug:
+      return "\x1b[36m";
+    case spdlog::level::info:
+      return "\x1b[32m";
+    case spdlog::level::warn:
+      return "\x1b[33m\x1b[1m";
+    case spdlog::level::err:
+      return "\x1b[31m\x1b[1m";
+    case spdlog::level::critical:
+      return "\x1b[1m\x1b[41m";
+    default:
+      return "";
   }
 }
 
@@ -70,6 +77,8 @@ void ConsoleSink::sink_it_(const spdlog::details::log_msg& msg) {
   out_.flush();
 }
 
-void ConsoleSink::flush_() { out_.flush(); }
+void ConsoleSink::flush_() {
+  out_.flush();
+}
 
 }  // namespace retort

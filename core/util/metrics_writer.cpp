@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "core/io/atomic_file.h"
 #include "core/util/error.h"
@@ -20,7 +21,9 @@ MetricsWriter MetricsWriter::open_for_append(const std::filesystem::path& path, 
   return MetricsWriter(path, fd);
 }
 
-MetricsWriter MetricsWriter::create(const std::filesystem::path& path) { return open_for_append(path, true); }
+MetricsWriter MetricsWriter::create(const std::filesystem::path& path) {
+  return open_for_append(path, true);
+}
 
 MetricsWriter MetricsWriter::resume(const std::filesystem::path& path, int64_t resumed_step) {
   if (!std::filesystem::exists(path)) return open_for_append(path, false);

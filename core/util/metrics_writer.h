@@ -4,9 +4,8 @@
 // the file never holds two records for one step.
 #include <cstdint>
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace retort {
 

@@ -3,6 +3,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -45,8 +46,8 @@ ProgressReporter::ProgressReporter(ProgressOptions options) : options_(std::move
                options_.total_steps, options_.log_every);
   if (!options_.logger) options_.logger = spdlog::default_logger();
   if (!options_.console) options_.console = console_sink();
-  terminal_ = options_.mode == ProgressMode::Terminal ||
-              (options_.mode == ProgressMode::Auto && ::isatty(STDERR_FILENO) == 1);
+  terminal_ =
+      options_.mode == ProgressMode::Terminal || (options_.mode == ProgressMode::Auto && ::isatty(STDERR_FILENO) == 1);
   start_time_ = last_time_ = now();
   step_ = last_rate_step_ = options_.start_step;
 }
@@ -55,9 +56,13 @@ ProgressReporter::~ProgressReporter() {
   if (terminal_ && !finished_ && any_update_) options_.console->clear_status();
 }
 
-double ProgressReporter::now() const { return options_.clock ? options_.clock() : steady_seconds(); }
+double ProgressReporter::now() const {
+  return options_.clock ? options_.clock() : steady_seconds();
+}
 
-double ProgressReporter::elapsed_seconds() const { return now() - start_time_; }
+double ProgressReporter::elapsed_seconds() const {
+  return now() - start_time_;
+}
 
 std::optional<double> ProgressReporter::eta_seconds() const {
   if (options_.total_steps == 0 || !std::isfinite(seconds_per_step_)) return std::nullopt;
@@ -78,8 +83,8 @@ void ProgressReporter::update(const ProgressUpdate& update) {
     const int64_t steps = update.step - last_rate_step_;
     if (steps > 0) {
       const double step_time = dt / static_cast<double>(steps);
-      seconds_per_step_ = std::isfinite(seconds_per_step_) ? seconds_per_step_ + weight * (step_time - seconds_per_step_)
-                                                           : step_time;
+      seconds_per_step_ =
+          std::isfinite(seconds_per_step_) ? seconds_per_step_ + weight * (step_time - seconds_per_step_) : step_time;
     }
     last_time_ = time;
     last_rate_step_ = update.step;
@@ -103,7 +108,9 @@ void ProgressReporter::update(const ProgressUpdate& update) {
   }
 }
 
-void ProgressReporter::log(std::string_view line) { options_.logger->info("{}", line); }
+void ProgressReporter::log(std::string_view line) {
+  options_.logger->info("{}", line);
+}
 
 void ProgressReporter::finish(std::string_view note) {
   if (finished_) return;
@@ -167,7 +174,10 @@ std::string ProgressReporter::terminal_line() const {
     // cannot be redrawn with \r).
     const int spare = columns - 1 - static_cast<int>(line.size() + fields.size()) - 3;
     const int bar_width = std::min(30, spare);
-    if (bar_width >= 10) line += " " + bar(fraction, bar_width);
+    if (bar_width >= 10) {
+      line += ' ';
+      line += bar(fraction, bar_width);
+    }
   }
   line += fields;
   if (static_cast<int>(line.size()) > columns - 1) line.resize(static_cast<size_t>(std::max(columns - 1, 0)));

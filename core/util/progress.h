@@ -27,9 +27,9 @@ struct ProgressOptions {
   int64_t start_step = 0;      // a resumed run starts here; rates and ETA count from it
   int64_t log_every = 10;      // Lines mode: steps between log lines
   ProgressMode mode = ProgressMode::Auto;
-  double redraw_interval_s = 0.1;     // Terminal mode: at most this often, plus the last step
-  double rate_time_constant_s = 5.0;  // smoothing of tokens/s and step time (exponential, in seconds)
-  int terminal_width = 0;             // 0: ask the terminal
+  double redraw_interval_s = 0.1;          // Terminal mode: at most this often, plus the last step
+  double rate_time_constant_s = 5.0;       // smoothing of tokens/s and step time (exponential, in seconds)
+  int terminal_width = 0;                  // 0: ask the terminal
   std::shared_ptr<spdlog::logger> logger;  // null: spdlog's default logger
   std::shared_ptr<ConsoleSink> console;    // null: console_sink(), the sink the default logger writes through
   std::function<double()> clock;           // seconds; null: a steady clock (tests pass a fake)
@@ -39,8 +39,8 @@ struct ProgressUpdate {
   int64_t step = 0;  // steps completed so far
   double loss = std::numeric_limits<double>::quiet_NaN();
   double lr = std::numeric_limits<double>::quiet_NaN();
-  int64_t tokens = 0;  // tokens processed since the previous update
-  std::vector<std::pair<std::string, double>> extra;  // shown as "name value", e.g. {"grad_norm", 0.8}
+  int64_t tokens = 0;                                   // tokens processed since the previous update
+  std::vector<std::pair<std::string, double>> extra{};  // shown as "name value", e.g. {"grad_norm", 0.8}
 };
 
 class ProgressReporter {

@@ -34,7 +34,9 @@ std::string_view last_component(std::string_view name) {
 }
 
 // Beyond about a third of the word, a "suggestion" is a different word rather than a typo.
-size_t tolerance(std::string_view word) { return std::max<size_t>(1, (word.size() + 1) / 3); }
+size_t tolerance(std::string_view word) {
+  return std::max<size_t>(1, (word.size() + 1) / 3);
+}
 
 }  // namespace
 

@@ -27,9 +27,15 @@ namespace rc = ::retort::cuda;
 using bf16 = __nv_bfloat16;
 
 // ---- conversions ----------------------------------------------------------------------------------------
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(bf16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f32(int32_t v) { return static_cast<float>(v); }
+__device__ __forceinline__ float to_f32(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_f32(bf16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float to_f32(int32_t v) {
+  return static_cast<float>(v);
+}
 
 template <typename T>
 __device__ __forceinline__ T from_f32(float v);
@@ -75,10 +81,14 @@ __device__ __forceinline__ void store8(bf16* p, const float (&v)[8]) {
   *reinterpret_cast<uint4*>(p) = raw;
 }
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // Rows of `cols` elements starting at `base` are all 16-byte aligned and split into whole 8-element packs.
-inline bool rows_vectorizable(const void* base, int64_t cols) { return aligned16(base) && cols % 8 == 0; }
+inline bool rows_vectorizable(const void* base, int64_t cols) {
+  return aligned16(base) && cols % 8 == 0;
+}
 
 // ---- row visits with vector loads in the aligned middle ----------------------------------------------
 // Calls f(j, value) for j in [0, n) of one row, spread over the block's threads: scalar loads up to the first
@@ -106,7 +116,8 @@ __device__ __forceinline__ void visit_row(const T* row, int64_t n, F&& f) {
 }
 
 // out[j] = f(j, in[j]) over one row. `vec` only when in and out share their misalignment (same element size
-// and the same base address modulo 16): the host decides with same_misalignment().
+// and the same base address modulo 16, which then holds for every row): the host decides with
+// same_misalignment().
 template <typename TI, typename TO, typename F>
 __device__ __forceinline__ void map_row(const TI* in, TO* out, int64_t n, bool vec, F&& f) {
   if (!vec) {
@@ -126,9 +137,47 @@ __device__ __forceinline__ void map_row(const TI* in, TO* out, int64_t n, bool v
   for (int64_t j = head + 8 * packs + threadIdx.x; j < n; j += blockDim.x) out[j] = from_f32<TO>(f(j, to_f32(in[j])));
 }
 
-template <typename TI, typename TO>
-bool same_misalignment(const void* in, const void* out) {
-  return sizeof(TI) == sizeof(TO) && reinterpret_cast<uintptr_t>(in) % 16 == reinterpret_cast<uintptr_t>(out) % 16;
+// Two inputs read together: f(j, a[j], b[j]), and out[j] = f(j, a[j], b[j]); same `vec` rule as map_row.
+template <typename TA, typename TB, typename F>
+__device__ __forceinline__ void visit_row2(const TA* a, const TB* b, int64_t n, bool vec, F&& f) {
+  const int64_t head = vec ? head_elems(a, n) : n;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) f(j, to_f32(a[j]), to_f32(b[j]));
+  if (!vec) return;
+  const int64_t packs = (n - head) / 8;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    float va[8], vb[8];
+    load8(a + head + 8 * p, va);
+    load8(b + head + 8 * p, vb);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f(head + 8 * p + i, va[i], vb[i]);
+  }
+  for (int64_t j = head + 8 * packs + threadIdx.x; j < n; j += blockDim.x) f(j, to_f32(a[j]), to_f32(b[j]));
+}
+
+template <typename TA, typename TB, typename TO, typename F>
+__device__ __forceinline__ void map_row2(const TA* a, const TB* b, TO* out, int64_t n, bool vec, F&& f) {
+  const int64_t head = vec ? head_elems(a, n) : n;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) out[j] = from_f32<TO>(f(j, to_f32(a[j]), to_f32(b[j])));
+  if (!vec) return;
+  const int64_t packs = (n - head) / 8;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    float va[8], vb[8];
+    load8(a + head + 8 * p, va);
+    load8(b + head + 8 * p, vb);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) va[i] = f(head + 8 * p + i, va[i], vb[i]);
+    store8(out + head + 8 * p, va);
+  }
+  for (int64_t j = head + 8 * packs + threadIdx.x; j < n; j += blockDim.x)
+    out[j] = from_f32<TO>(f(j, to_f32(a[j]), to_f32(b[j])));
+}
+
+// True when all the buffers have one element size and one address modulo 16: then every row of theirs
+// starts equally far from a 16-byte boundary and one head/pack/tail split serves them all.
+template <typename T0, typename... Ts>
+bool same_misalignment(const T0* first, const Ts*... rest) {
+  const uintptr_t m = reinterpret_cast<uintptr_t>(first) % 16;
+  return ((sizeof(Ts) == sizeof(T0) && reinterpret_cast<uintptr_t>(rest) % 16 == m) && ...);
 }
 
 // ---- reductions ---------------------------------------------------------------------------------------
@@ -231,6 +280,14 @@ __device__ __forceinline__ OnlineLse block_lse(OnlineLse v, float* scratch /* 64
   return total;
 }
 
+// Records an index that was out of range (the first one's value and position) for take_device_error().
+__device__ __forceinline__ void report_bad_index(rc::DeviceErrorRecord* record, int value, int64_t position) {
+  if (atomicAdd(&record->count, 1) == 0) {
+    record->value = value;
+    record->position = position;
+  }
+}
+
 // ---- host side --------------------------------------------------------------------------------------------
 // nvcc's front end cannot evaluate fmt 9's consteval format-string check (RETORT_CHECK and fmt::format with a
 // literal fail to compile in .cu files), so CUDA sources format their messages at run time through these.
@@ -257,9 +314,14 @@ struct TypeTag {
 template <typename Fn>
 void dispatch_float(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
-    case DType::F32: fn(TypeTag<float>{}); return;
-    case DType::BF16: fn(TypeTag<bf16>{}); return;
-    default: break;
+    case DType::F32:
+      fn(TypeTag<float>{});
+      return;
+    case DType::BF16:
+      fn(TypeTag<bf16>{});
+      return;
+    default:
+      break;
   }
   fail("{} (CUDA): storage dtype {} is not supported on the GPU; use f32 or bf16", op, dtype_name(dtype));
 }
@@ -270,7 +332,9 @@ inline int device_of(const Tensor& t, const char* op) {
   return t.device().index;
 }
 
-inline int sm_count() { return rc::device_properties(rc::current_device()).multiProcessorCount; }
+inline int sm_count() {
+  return rc::device_properties(rc::current_device()).multiProcessorCount;
+}
 
 inline unsigned grid_for(int64_t work_items, int threads, int blocks_per_sm = 8) {
   const int64_t wanted = (work_items + threads - 1) / threads;
@@ -287,7 +351,9 @@ inline int row_threads(int64_t cols, int max_threads = 1024) {
 }
 
 // Grid for one block per row, rows visited in a grid-stride loop beyond the cap.
-inline unsigned row_grid(int64_t rows) { return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, 1 << 20)); }
+inline unsigned row_grid(int64_t rows) {
+  return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, 1 << 20));
+}
 
 // out[j] = beta * out[j] + sum_i x[i, j] for x [rows, cols] (beta == 0: out is not read). Deterministic: a
 // fixed split of the rows into chunks, reduced in a fixed order. Implemented in elementwise.cu.
@@ -297,9 +363,9 @@ void column_sum(const void* x, DType x_dtype, int64_t rows, int64_t cols, void* 
 //   c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i], a[i] = a + i * stride_a, etc.
 // a is [m, k] ([k, m] if trans_a) with row stride lda; b is [k, n] ([n, k] if trans_b); c is [m, n].
 // a and b share ab_dtype; c is ab_dtype or f32. Implemented in gemm.cu.
-void gemm_strided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
-                  int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, float beta, void* c,
-                  int64_t ldc, int64_t stride_c, int64_t batch, DType ab_dtype, DType c_dtype);
+void gemm_strided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+                  int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, float beta, void* c, int64_t ldc,
+                  int64_t stride_c, int64_t batch, DType ab_dtype, DType c_dtype);
 
 // Elementwise dtype conversion of n elements between device buffers (f32, bf16, i32). In elementwise.cu.
 void convert(const void* in, DType in_dtype, void* out, DType out_dtype, int64_t n);

@@ -106,8 +106,8 @@ __global__ void add_bias_kernel(const TX* x, const TB* bias, TO* out, int64_t ro
 constexpr int kColTile = 32, kRowLanes = 8;
 
 template <typename TX, typename TO>
-__global__ void column_sum_kernel(const TX* x, int64_t rows, int64_t cols, int64_t rows_per_chunk, TO* out,
-                                  float beta, float* partial) {
+__global__ void column_sum_kernel(const TX* x, int64_t rows, int64_t cols, int64_t rows_per_chunk, TO* out, float beta,
+                                  float* partial) {
   __shared__ float sums[kRowLanes][kColTile + 1];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
@@ -147,9 +147,7 @@ struct Mul {
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 struct GeluForward {
-  __device__ float operator()(float x) const {
-    return 0.5f * x * (1.f + tanhf(kGeluC * (x + kGeluA * x * x * x)));
-  }
+  __device__ float operator()(float x) const { return 0.5f * x * (1.f + tanhf(kGeluC * (x + kGeluA * x * x * x))); }
 };
 struct GeluBackward {
   __device__ float operator()(float x, float dy) const {
@@ -197,8 +195,8 @@ void launch_binary(const Tensor& a, const Tensor& b, Tensor& out, const char* na
 template <typename TI, typename TO>
 void launch_convert(const TI* in, TO* out, int64_t n) {
   const bool vec = aligned16(in) && aligned16(out);
-  unary_kernel<TI, TO><<<grid_for((vec ? n / 8 : n) + 1, kThreads), kThreads, 0, rc::current_stream()>>>(in, out, n,
-                                                                                                         vec, Identity{});
+  unary_kernel<TI, TO>
+      <<<grid_for((vec ? n / 8 : n) + 1, kThreads), kThreads, 0, rc::current_stream()>>>(in, out, n, vec, Identity{});
   RETORT_CUDA_CHECK_LAUNCH();
 }
 
@@ -217,9 +215,8 @@ void dispatch_storage(DType dtype, const char* op, Fn&& fn) {
 void convert(const void* in, DType in_dtype, void* out, DType out_dtype, int64_t n) {
   if (n == 0) return;
   if (in_dtype == out_dtype) {
-    RETORT_CUDA_CHECK(
-        cudaMemcpyAsync(out, in, static_cast<size_t>(n) * dtype_size(in_dtype), cudaMemcpyDeviceToDevice,
-                        rc::current_stream()));
+    RETORT_CUDA_CHECK(cudaMemcpyAsync(out, in, static_cast<size_t>(n) * dtype_size(in_dtype), cudaMemcpyDeviceToDevice,
+                                      rc::current_stream()));
     return;
   }
   dispatch_storage(in_dtype, "cast", [&](auto ti) {
@@ -261,8 +258,8 @@ void column_sum(const void* x, DType x_dtype, int64_t rows, int64_t cols, void* 
           static_cast<const TX*>(x), rows, cols, rows_per_chunk, static_cast<TO*>(out), beta, p);
       RETORT_CUDA_CHECK_LAUNCH();
     });
-    column_sum_kernel<float, TO><<<dim3(col_tiles, 1), block, 0, stream>>>(p, chunks, cols, chunks,
-                                                                            static_cast<TO*>(out), beta, nullptr);
+    column_sum_kernel<float, TO>
+        <<<dim3(col_tiles, 1), block, 0, stream>>>(p, chunks, cols, chunks, static_cast<TO*>(out), beta, nullptr);
     RETORT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -283,10 +280,17 @@ void fill(Tensor& x, double value) {
     RETORT_CUDA_CHECK_LAUNCH();
   };
   switch (x.dtype()) {
-    case DType::F32: launch(x.data<float>(), static_cast<float>(value)); break;
-    case DType::BF16: launch(x.data<bf16>(), __float2bfloat16_rn(static_cast<float>(value))); break;
-    case DType::I32: launch(x.data<int32_t>(), static_cast<int32_t>(value)); break;
-    default: fail("fill (CUDA): {} is not supported on the GPU", x.describe());
+    case DType::F32:
+      launch(x.data<float>(), static_cast<float>(value));
+      break;
+    case DType::BF16:
+      launch(x.data<bf16>(), __float2bfloat16_rn(static_cast<float>(value)));
+      break;
+    case DType::I32:
+      launch(x.data<int32_t>(), static_cast<int32_t>(value));
+      break;
+    default:
+      fail("fill (CUDA): {} is not supported on the GPU", x.describe());
   }
 }
 

@@ -16,9 +16,12 @@ namespace {
 
 cudaDataType cuda_type(DType dtype) {
   switch (dtype) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::BF16: return CUDA_R_16BF;
-    default: fail("gemm (CUDA): dtype {} is not supported on the GPU", dtype_name(dtype));
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::BF16:
+      return CUDA_R_16BF;
+    default:
+      fail("gemm (CUDA): dtype {} is not supported on the GPU", dtype_name(dtype));
   }
 }
 
@@ -32,9 +35,9 @@ constexpr int64_t kMaxBatchPerCall = 65535;
 
 }  // namespace
 
-void gemm_strided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
-                  int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, float beta, void* c,
-                  int64_t ldc, int64_t stride_c, int64_t batch, DType ab_dtype, DType c_dtype) {
+void gemm_strided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+                  int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, float beta, void* c, int64_t ldc,
+                  int64_t stride_c, int64_t batch, DType ab_dtype, DType c_dtype) {
   if (m == 0 || n == 0 || batch == 0) return;
   check(c_dtype == ab_dtype || (ab_dtype == DType::BF16 && c_dtype == DType::F32),
         "gemm (CUDA): {} operands with a {} result are not supported", dtype_name(ab_dtype), dtype_name(c_dtype));

@@ -72,7 +72,11 @@ void reduce_all(const Tensor& x, Tensor& out, const char* op) {
 
 }  // namespace
 
-void sum(const Tensor& x, Tensor& out) { reduce_all<false>(x, out, "sum"); }
-void sum_squares(const Tensor& x, Tensor& out) { reduce_all<true>(x, out, "sum_squares"); }
+void sum(const Tensor& x, Tensor& out) {
+  reduce_all<false>(x, out, "sum");
+}
+void sum_squares(const Tensor& x, Tensor& out) {
+  reduce_all<true>(x, out, "sum_squares");
+}
 
 }  // namespace retort::kernels::cuda

@@ -1,0 +1,47 @@
+#pragma once
+// Dense building blocks. Parameters start at zero (norm weights at one); the model that owns them
+// decides the initialisation (see GptModel::initialize), so a layer needs no knowledge of its place.
+#include "core/nn/module.h"
+
+namespace retort::nn {
+
+// y = x W^T + b, W [out, in].
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias);
+  Tensor forward(const Tensor& x, DType compute_dtype = DType::F32) const;
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+
+ private:
+  Tensor weight_, bias_;
+};
+
+enum class NormKind { LayerNorm, RmsNorm };
+NormKind norm_kind_from_name(const std::string& name);  // "layernorm" | "rmsnorm"
+
+class Norm : public Module {
+ public:
+  Norm(int64_t features, NormKind kind, bool bias, double eps = 1e-5);
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  NormKind kind_;
+  double eps_;
+  Tensor weight_, bias_;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t rows, int64_t features);
+  Tensor forward(const Tensor& ids) const;
+  const Tensor& weight() const { return weight_; }
+
+ private:
+  Tensor weight_;
+};
+
+// Casts a float32 master tensor to the compute dtype with a differentiable cast (identity for f32).
+Tensor to_compute(const Tensor& x, DType compute_dtype);
+
+}  // namespace retort::nn

@@ -1,0 +1,108 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+
+#include "core/autograd/grad_mode.h"
+#include "core/util/error.h"
+
+namespace retort::optim {
+
+#ifdef RETORT_WITH_CUDA
+void adamw_update_cuda(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWStep& s);
+#endif
+
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWStep& s) {
+  RETORT_CHECK(param.dtype() == DType::F32 && grad.dtype() == DType::F32 && param.numel() == grad.numel(),
+               "AdamW needs f32 parameters and gradients of the same size ({} vs {})", param.describe(),
+               grad.describe());
+  if (param.device().is_cuda()) {
+#ifdef RETORT_WITH_CUDA
+    adamw_update_cuda(param, grad, exp_avg, exp_avg_sq, s);
+    return;
+#else
+    throw Error("AdamW on a GPU tensor in a build without CUDA");
+#endif
+  }
+  float* p = param.data<float>();
+  const float* g = grad.data<float>();
+  float* m = exp_avg.data<float>();
+  float* v = exp_avg_sq.data<float>();
+  const int64_t n = param.numel();
+#pragma omp parallel for simd if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = s.beta1 * m[i] + (1.0f - s.beta1) * g[i];
+    v[i] = s.beta2 * v[i] + (1.0f - s.beta2) * g[i] * g[i];
+    const float m_hat = m[i] / s.bias_correction1;
+    const float v_hat = v[i] / s.bias_correction2;
+    p[i] -= s.lr * (s.weight_decay * p[i] + m_hat / (std::sqrt(v_hat) + s.eps));
+  }
+}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(std::move(groups)), options_(options) {
+  for (const auto& group : groups_) {
+    exp_avg_.emplace_back();
+    exp_avg_sq_.emplace_back();
+    for (const auto& [name, p] : group.params) {
+      exp_avg_.back().push_back(Tensor::zeros(p.shape(), DType::F32, p.device()));
+      exp_avg_sq_.back().push_back(Tensor::zeros(p.shape(), DType::F32, p.device()));
+    }
+  }
+}
+
+void AdamW::step(double lr) {
+  NoGradGuard no_grad;
+  ++step_;
+  AdamWStep s{};
+  s.lr = static_cast<float>(lr);
+  s.beta1 = static_cast<float>(options_.beta1);
+  s.beta2 = static_cast<float>(options_.beta2);
+  s.eps = static_cast<float>(options_.eps);
+  s.bias_correction1 = static_cast<float>(1.0 - std::pow(options_.beta1, static_cast<double>(step_)));
+  s.bias_correction2 = static_cast<float>(1.0 - std::pow(options_.beta2, static_cast<double>(step_)));
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    s.weight_decay = static_cast<float>(groups_[gi].weight_decay);
+    for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
+      Tensor& p = groups_[gi].params[pi].second;
+      if (!p.grad().defined()) continue;
+      adamw_update(p, p.grad(), exp_avg_[gi][pi], exp_avg_sq_[gi][pi], s);
+    }
+  }
+}
+
+OptimizerState AdamW::state() const {
+  OptimizerState out;
+  out.metadata["optimizer"] = "adamw";
+  out.metadata["step"] = std::to_string(step_);
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
+      const std::string& name = groups_[gi].params[pi].first;
+      out.tensors.emplace_back(name + ".exp_avg", exp_avg_[gi][pi]);
+      out.tensors.emplace_back(name + ".exp_avg_sq", exp_avg_sq_[gi][pi]);
+    }
+  }
+  return out;
+}
+
+void AdamW::load_state(const OptimizerState& state) {
+  auto it = state.metadata.find("optimizer");
+  RETORT_INPUT_CHECK(it != state.metadata.end() && it->second == "adamw",
+                     "optimizer state was written by '{}', not adamw: resume with the optimizer it was trained with",
+                     it == state.metadata.end() ? "unknown" : it->second);
+  std::map<std::string, Tensor> by_name(state.tensors.begin(), state.tensors.end());
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
+      const std::string& name = groups_[gi].params[pi].first;
+      for (auto [suffix, target] : {std::pair{".exp_avg", &exp_avg_[gi][pi]}, {".exp_avg_sq", &exp_avg_sq_[gi][pi]}}) {
+        auto t = by_name.find(name + suffix);
+        RETORT_INPUT_CHECK(t != by_name.end(), "optimizer state has no '{}{}': the checkpoint is from another model",
+                           name, suffix);
+        RETORT_INPUT_CHECK(t->second.shape() == target->shape(), "optimizer state '{}{}' has shape {}, expected {}",
+                           name, suffix, shape_str(t->second.shape()), shape_str(target->shape()));
+        target->copy_(t->second.to(DType::F32).to(target->device()));
+      }
+    }
+  }
+  step_ = std::stoll(state.metadata.at("step"));
+}
+
+}  // namespace retort::optim

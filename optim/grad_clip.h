@@ -1,0 +1,15 @@
+#pragma once
+#include <vector>
+
+#include "core/tensor/tensor.h"
+
+namespace retort::optim {
+
+// The L2 norm of all gradients together (parameters without a gradient count as zero).
+double global_grad_norm(const std::vector<Tensor>& params);
+
+// Scales every gradient by max_norm / norm when the global norm exceeds max_norm; returns the norm
+// before clipping (logged by the trainer). max_norm <= 0 disables clipping.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace retort::optim

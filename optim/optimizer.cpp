@@ -1,0 +1,19 @@
+#include "optim/optimizer.h"
+
+namespace retort::optim {
+
+void Optimizer::zero_grad() {
+  for (auto& group : groups_)
+    for (auto& [name, p] : group.params) p.zero_grad();
+}
+
+std::vector<ParamGroup> decay_groups(const nn::NamedTensors& params, double weight_decay) {
+  ParamGroup decay{"decay", {}, weight_decay}, no_decay{"no_decay", {}, 0.0};
+  for (const auto& [name, p] : params) (p.ndim() >= 2 ? decay : no_decay).params.emplace_back(name, p);
+  std::vector<ParamGroup> groups;
+  if (!decay.params.empty()) groups.push_back(std::move(decay));
+  if (!no_decay.params.empty()) groups.push_back(std::move(no_decay));
+  return groups;
+}
+
+}  // namespace retort::optim

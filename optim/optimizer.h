@@ -1,0 +1,44 @@
+#pragma once
+// Optimizer interface over parameter groups. State (moments, step counts) is exported as named tensors
+// plus string metadata, so a checkpoint can hold it in a safetensors file and resume bit-identically.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/nn/module.h"
+
+namespace retort::optim {
+
+struct ParamGroup {
+  std::string name;
+  nn::NamedTensors params;
+  double weight_decay = 0.0;
+};
+
+struct OptimizerState {
+  nn::NamedTensors tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update with learning rate `lr` from the gradients currently in .grad() (params without a
+  // gradient are skipped).
+  virtual void step(double lr) = 0;
+  virtual OptimizerState state() const = 0;
+  virtual void load_state(const OptimizerState& state) = 0;
+  virtual std::string name() const = 0;
+
+  void zero_grad();
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+
+ protected:
+  explicit Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {}
+  std::vector<ParamGroup> groups_;
+};
+
+// The usual split for transformers: matrices decay, vectors (biases, norm weights) do not.
+std::vector<ParamGroup> decay_groups(const nn::NamedTensors& params, double weight_decay);
+
+}  // namespace retort::optim

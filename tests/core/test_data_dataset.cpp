@@ -1,0 +1,259 @@
+// prepare_token_dataset: shards hold exactly the corpus's documents (each followed by eos), the split is by
+// whole documents and seeded, and the manifest cache is reused only when its inputs match.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/data/corpus.h"
+#include "core/data/dataset.h"
+#include "core/data/token_shard.h"
+#include "core/data/tokenizer.h"
+#include "core/util/error.h"
+
+namespace retort::data {
+namespace {
+namespace fs = std::filesystem;
+
+class TempFolder {
+ public:
+  TempFolder() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            ("retort_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempFolder() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Documents with distinct, recognisable text: "entry <n>: ..." lines, in fortune format.
+std::vector<std::string> numbered_documents(int count) {
+  static const char* const kWords[] = {"apple", "river", "stone", "cloud", "ember", "maple", "quartz", "violet"};
+  std::vector<std::string> documents;
+  for (int n = 0; n < count; ++n) {
+    std::string text = "entry " + std::to_string(n) + ":";
+    for (int w = 0; w < 3 + n % 7; ++w) text += std::string(" ") + kWords[(n * 7 + w * 3) % 8];
+    text += "\n";
+    if (n % 3 == 0) text += "  a second line for " + std::to_string(n * 13) + "\n";
+    documents.push_back(text);
+  }
+  return documents;
+}
+
+void write_fortune_file(const fs::path& path, const std::vector<std::string>& documents) {
+  std::ofstream out(path, std::ios::binary);
+  for (const std::string& document : documents) out << document << "%\n";
+}
+
+// Decodes every shard of a split and cuts the stream at eos: the documents the split holds, in order.
+std::vector<std::string> documents_in(const std::vector<fs::path>& shards, const Tokenizer& tokenizer,
+                                      int64_t* token_count) {
+  std::vector<int32_t> stream;
+  for (const fs::path& path : shards) {
+    const TokenShard shard = TokenShard::open(path, tokenizer.vocab_size());
+    const std::vector<int32_t> tokens = shard.read(0, shard.size());
+    stream.insert(stream.end(), tokens.begin(), tokens.end());
+  }
+  *token_count = static_cast<int64_t>(stream.size());
+  std::vector<std::string> documents;
+  std::vector<int32_t> current;
+  for (const int32_t id : stream) {
+    if (id == tokenizer.eos_id()) {
+      documents.push_back(tokenizer.decode(current));
+      current.clear();
+    } else {
+      current.push_back(id);
+    }
+  }
+  EXPECT_TRUE(current.empty()) << "a split must end with eos";
+  return documents;
+}
+
+class DataDataset : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    corpus_dir_ = folder_.path() / "corpus";
+    fs::create_directories(corpus_dir_);
+    documents_ = numbered_documents(300);
+    write_fortune_file(corpus_dir_ / "a", std::vector<std::string>(documents_.begin(), documents_.begin() + 200));
+    write_fortune_file(corpus_dir_ / "b", std::vector<std::string>(documents_.begin() + 200, documents_.end()));
+    options_ = {.corpus = corpus_dir_.string(),
+                .data_dir = folder_.path() / "data",
+                .vocab_size = 320,
+                .val_fraction = 0.2,
+                .seed = 3,
+                .shard_tokens = 2000};
+  }
+  TempFolder folder_;
+  fs::path corpus_dir_;
+  std::vector<std::string> documents_;
+  DatasetOptions options_;
+};
+
+TEST_F(DataDataset, ShardsHoldEveryDocumentOnceSplitByWholeDocuments) {
+  const PreparedDataset data = prepare_token_dataset(options_);
+  EXPECT_FALSE(data.reused_tokenizer);
+  EXPECT_EQ(data.vocab_size, 320);
+  const Tokenizer tokenizer = Tokenizer::load(data.tokenizer_path);
+  EXPECT_EQ(tokenizer.fingerprint(), data.tokenizer_fingerprint);
+
+  ASSERT_GE(data.train_shards.size(), 2u) << "shard_tokens 2000 should force several train shards";
+  for (size_t i = 0; i < data.train_shards.size(); ++i) {
+    EXPECT_EQ(data.train_shards[i], options_.data_dir / shard_file_name("train", static_cast<int64_t>(i)));
+    EXPECT_LE(TokenShard::open(data.train_shards[i], 320).size(), 2000);
+  }
+  EXPECT_EQ(data.train_shards[0].filename(), "train_000.bin");
+  ASSERT_FALSE(data.val_shards.empty());
+  EXPECT_EQ(data.val_shards[0].filename(), "val_000.bin");
+
+  int64_t train_tokens = 0, val_tokens = 0;
+  const std::vector<std::string> train = documents_in(data.train_shards, tokenizer, &train_tokens);
+  const std::vector<std::string> val = documents_in(data.val_shards, tokenizer, &val_tokens);
+  EXPECT_EQ(train_tokens, data.train_tokens);
+  EXPECT_EQ(val_tokens, data.val_tokens);
+  EXPECT_EQ(static_cast<int64_t>(train.size()), data.train_documents);
+  EXPECT_EQ(static_cast<int64_t>(val.size()), data.val_documents);
+
+  // Together the splits are exactly the corpus, each document once.
+  std::vector<std::string> all = train;
+  all.insert(all.end(), val.begin(), val.end());
+  std::sort(all.begin(), all.end());
+  std::vector<std::string> expected = documents_;
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(all, expected);
+
+  // Validation holds about val_fraction of the tokens: at least the target, and less one document below it.
+  const double fraction = static_cast<double>(val_tokens) / static_cast<double>(train_tokens + val_tokens);
+  EXPECT_GE(fraction, 0.2 - 1e-9);
+  EXPECT_LT(fraction, 0.2 + 30.0 / static_cast<double>(train_tokens + val_tokens));
+  // Shuffled, not the corpus order.
+  EXPECT_NE(std::vector<std::string>(train.begin(), train.begin() + 10),
+            std::vector<std::string>(documents_.begin(), documents_.begin() + 10));
+}
+
+TEST_F(DataDataset, SameInputsReuseTheCache) {
+  const PreparedDataset first = prepare_token_dataset(options_);
+  const std::string shard_bytes = read_bytes(first.train_shards[0]);
+  const auto model_time = fs::last_write_time(first.tokenizer_path);
+  const PreparedDataset second = prepare_token_dataset(options_);
+  EXPECT_TRUE(second.reused_tokenizer);
+  EXPECT_TRUE(second.reused_shards);
+  EXPECT_EQ(second.tokenizer_fingerprint, first.tokenizer_fingerprint);
+  EXPECT_EQ(second.train_shards, first.train_shards);
+  EXPECT_EQ(second.val_shards, first.val_shards);
+  EXPECT_EQ(second.train_tokens, first.train_tokens);
+  EXPECT_EQ(second.val_documents, first.val_documents);
+  EXPECT_EQ(fs::last_write_time(first.tokenizer_path), model_time);
+  EXPECT_EQ(read_bytes(second.train_shards[0]), shard_bytes);
+
+  const auto manifest = nlohmann::json::parse(read_bytes(options_.data_dir / "manifest.json"));
+  EXPECT_EQ(manifest.at("tokenizer_fingerprint"), first.tokenizer_fingerprint);
+  EXPECT_EQ(manifest.at("corpus").at("files").size(), 2u);
+}
+
+TEST_F(DataDataset, ChangedSplitSettingsKeepTheTokenizerAndRemoveStaleShards) {
+  const PreparedDataset first = prepare_token_dataset(options_);
+  ASSERT_GE(first.train_shards.size(), 2u);
+  options_.shard_tokens = 1000000;
+  options_.val_fraction = 0.1;
+  const PreparedDataset second = prepare_token_dataset(options_);
+  EXPECT_TRUE(second.reused_tokenizer);
+  EXPECT_FALSE(second.reused_shards);
+  EXPECT_EQ(second.tokenizer_fingerprint, first.tokenizer_fingerprint);
+  ASSERT_EQ(second.train_shards.size(), 1u);
+  EXPECT_FALSE(fs::exists(options_.data_dir / "train_001.bin")) << "stale shard from the first build";
+  EXPECT_LT(second.val_tokens, first.val_tokens);
+}
+
+TEST_F(DataDataset, ChangedCorpusOrVocabRebuildsTheTokenizer) {
+  const PreparedDataset first = prepare_token_dataset(options_);
+  std::ofstream(corpus_dir_ / "b", std::ios::app) << "a brand new fortune about zebras\n%\n";
+  const PreparedDataset changed_corpus = prepare_token_dataset(options_);
+  EXPECT_FALSE(changed_corpus.reused_tokenizer);
+  EXPECT_EQ(changed_corpus.train_documents + changed_corpus.val_documents, 301);
+
+  options_.vocab_size = 330;
+  const PreparedDataset changed_vocab = prepare_token_dataset(options_);
+  EXPECT_FALSE(changed_vocab.reused_tokenizer);
+  EXPECT_EQ(changed_vocab.vocab_size, 330);
+}
+
+TEST_F(DataDataset, SplitDependsOnlyOnTheSeed) {
+  const PreparedDataset first = prepare_token_dataset(options_);
+  DatasetOptions same = options_;
+  same.data_dir = folder_.path() / "same";
+  const PreparedDataset again = prepare_token_dataset(same);
+  EXPECT_EQ(read_bytes(again.val_shards[0]), read_bytes(first.val_shards[0]));
+  EXPECT_EQ(again.tokenizer_fingerprint, first.tokenizer_fingerprint);
+
+  DatasetOptions other = options_;
+  other.data_dir = folder_.path() / "other";
+  other.seed = 4;
+  const PreparedDataset reseeded = prepare_token_dataset(other);
+  EXPECT_NE(read_bytes(reseeded.val_shards[0]), read_bytes(first.val_shards[0]));
+}
+
+TEST_F(DataDataset, BadOptionsAreErrors) {
+  DatasetOptions bad = options_;
+  bad.val_fraction = 1.0;
+  EXPECT_THROW(prepare_token_dataset(bad), InputError);
+  bad = options_;
+  bad.corpus = (folder_.path() / "nothing*.txt").string();
+  try {
+    prepare_token_dataset(bad);
+    ADD_FAILURE() << "expected an error";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find(bad.corpus), std::string::npos) << error.what();
+  }
+  bad = options_;
+  bad.data_dir.clear();
+  EXPECT_THROW(prepare_token_dataset(bad), InputError);
+}
+
+TEST(DataDatasetFortunes, EndToEndOnTheDefaultCorpus) {
+  if (!fs::is_directory(kDefaultCorpus)) GTEST_SKIP() << "Debian's fortunes package is not installed";
+  TempFolder folder;
+  const PreparedDataset data = prepare_token_dataset({.data_dir = folder.path(), .vocab_size = 1024});
+  EXPECT_EQ(data.vocab_size, 1024);
+  ASSERT_EQ(data.train_shards.size(), 1u);
+  ASSERT_EQ(data.val_shards.size(), 1u);
+  EXPECT_GT(data.train_tokens, 500000);
+  EXPECT_GT(data.val_documents, 100);
+  const double fraction =
+      static_cast<double>(data.val_tokens) / static_cast<double>(data.train_tokens + data.val_tokens);
+  EXPECT_NEAR(fraction, 0.05, 0.005);
+
+  // Decoding the shards gives back fortune entries verbatim, and BPE compresses them.
+  const Tokenizer tokenizer = Tokenizer::load(data.tokenizer_path);
+  int64_t val_tokens = 0;
+  const std::vector<std::string> val = documents_in(data.val_shards, tokenizer, &val_tokens);
+  EXPECT_EQ(static_cast<int64_t>(val.size()), data.val_documents);
+  const std::vector<std::string> corpus = read_documents(resolve_corpus(kDefaultCorpus));
+  const std::set<std::string> corpus_set(corpus.begin(), corpus.end());
+  size_t val_bytes = 0;
+  for (const std::string& document : val) {
+    EXPECT_TRUE(corpus_set.count(document)) << "not a fortune: " << document;
+    val_bytes += document.size();
+  }
+  EXPECT_LT(static_cast<double>(val_tokens), 0.5 * static_cast<double>(val_bytes));
+}
+
+}  // namespace
+}  // namespace retort::data

@@ -1,0 +1,211 @@
+// The SentencePiece tokenizer as retort trains it: determinism, exact round trips (unicode and bytes never
+// seen in training), the end-of-document id, loading, and errors.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/data/content_hash.h"
+#include "core/data/tokenizer.h"
+#include "core/util/error.h"
+
+namespace retort::data {
+namespace {
+namespace fs = std::filesystem;
+
+class TempFolder {
+ public:
+  TempFolder() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            ("retort_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempFolder() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+template <typename Exception = InputError, typename Body>
+std::string message_of(Body&& body) {
+  try {
+    body();
+  } catch (const Exception& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return {};
+}
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A small ASCII corpus: sentences drawn from a fixed word list by a fixed generator.
+std::vector<std::string> small_corpus(int documents, uint64_t salt = 0) {
+  static const char* const kWords[] = {"the",   "quick",  "brown", "fox",  "jumps",    "over", "lazy", "dog",
+                                       "a",     "stitch", "in",    "time", "saves",    "nine", "to",   "be",
+                                       "or",    "not",    "that",  "is",   "question", "of",   "and",  "with",
+                                       "model", "token",  "train", "loss", "data",     "42",   "2024", "retort"};
+  uint64_t x = 88172645463325252ull ^ salt;
+  const auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  std::vector<std::string> corpus;
+  for (int d = 0; d < documents; ++d) {
+    std::string text;
+    const int lines = 1 + static_cast<int>(next() % 4);
+    for (int l = 0; l < lines; ++l) {
+      const int words = 3 + static_cast<int>(next() % 9);
+      for (int w = 0; w < words; ++w) {
+        if (w > 0) text += ' ';
+        text += kWords[next() % (sizeof(kWords) / sizeof(kWords[0]))];
+      }
+      text += l + 1 == lines ? ".\n" : ",\n";
+    }
+    corpus.push_back(text);
+  }
+  return corpus;
+}
+
+TEST(DataTokenizer, TrainingIsDeterministic) {
+  TempFolder folder;
+  const std::vector<std::string> corpus = small_corpus(400);
+  const Tokenizer first = Tokenizer::train(corpus, {.vocab_size = 400, .model_path = folder.path() / "a.model"});
+  const Tokenizer second = Tokenizer::train(corpus, {.vocab_size = 400, .model_path = folder.path() / "b.model"});
+  EXPECT_EQ(first.fingerprint(), second.fingerprint());
+  EXPECT_EQ(read_bytes(folder.path() / "a.model"), read_bytes(folder.path() / "b.model"));
+  // The fingerprint is the hash of the file's bytes, 16 hex digits.
+  EXPECT_EQ(first.fingerprint(), content_hash_hex(read_bytes(folder.path() / "a.model")));
+  EXPECT_EQ(first.fingerprint().size(), 16u);
+  // Only the two model files remain: the atomic write left no temporary behind.
+  EXPECT_EQ(std::distance(fs::directory_iterator(folder.path()), fs::directory_iterator()), 2);
+
+  const Tokenizer other =
+      Tokenizer::train(small_corpus(400, /*salt=*/7), {.vocab_size = 400, .model_path = folder.path() / "c.model"});
+  EXPECT_NE(other.fingerprint(), first.fingerprint());
+}
+
+class DataTokenizerTrained : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    folder_ = new fs::path(fs::temp_directory_path() / ("retort_DataTokenizerTrained_" + std::to_string(::getpid())));
+    fs::create_directories(*folder_);
+    tokenizer_ = new Tokenizer(Tokenizer::train(small_corpus(400), {.vocab_size = 400, .model_path = model_path()}));
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    fs::remove_all(*folder_);
+    delete folder_;
+  }
+  static fs::path model_path() { return *folder_ / "tok.model"; }
+  static inline fs::path* folder_ = nullptr;
+  static inline Tokenizer* tokenizer_ = nullptr;
+};
+
+TEST_F(DataTokenizerTrained, VocabularyAndSpecialIds) {
+  const Tokenizer& tok = *tokenizer_;
+  EXPECT_EQ(tok.vocab_size(), 400);
+  EXPECT_EQ(tok.eos_id(), 1);
+  EXPECT_EQ(tok.piece(tok.eos_id()), "</s>");
+  EXPECT_EQ(tok.piece(0), "<unk>");
+  EXPECT_EQ(tok.piece(2 + 0x41), "<0x41>");  // byte pieces follow the two specials
+}
+
+TEST_F(DataTokenizerTrained, RoundTripsTextNeverSeenInTraining) {
+  const Tokenizer& tok = *tokenizer_;
+  const std::vector<std::string> texts = {
+      "the quick brown fox jumps over the lazy dog.\n",
+      "  leading spaces,   runs of spaces\tand tabs\n\n\nand blank lines\n",
+      "Ünïcödé: naïve café, 日本語のテキスト, Ελληνικά, emoji 🎉🚀, math ∑∫√\n",
+      std::string("control bytes \x01\x02\x7f and a NUL \0 inside", 37),
+      "CRLF line\r\nend",
+      "",
+      "x",
+  };
+  for (const std::string& text : texts) {
+    const std::vector<int32_t> ids = tok.encode(text);
+    for (const int32_t id : ids) {
+      ASSERT_GE(id, 0);
+      ASSERT_LT(id, tok.vocab_size());
+      EXPECT_NE(id, 0) << "byte fallback should make <unk> unnecessary in: " << text;
+    }
+    EXPECT_EQ(tok.decode(ids), text);
+  }
+  // Training text compresses: fewer tokens than bytes.
+  const std::string seen = "the quick brown fox jumps over the lazy dog.\n";
+  EXPECT_LT(tok.encode(seen).size(), seen.size() / 2);
+  // Unseen characters fall back to their UTF-8 bytes: one id per byte.
+  EXPECT_EQ(tok.encode("日").size(), 3u);
+}
+
+TEST_F(DataTokenizerTrained, EndOfDocumentDecodesToNothing) {
+  const Tokenizer& tok = *tokenizer_;
+  std::vector<int32_t> ids = tok.encode("the dog.\n");
+  ids.push_back(tok.eos_id());
+  EXPECT_EQ(tok.decode(ids), "the dog.\n");
+  for (const int32_t id : tok.encode("the dog.\n</s>\n")) EXPECT_NE(id, tok.eos_id()) << "the text '</s>' is not eos";
+}
+
+TEST_F(DataTokenizerTrained, LoadGivesTheSameTokenizer) {
+  const Tokenizer loaded = Tokenizer::load(model_path());
+  EXPECT_EQ(loaded.fingerprint(), tokenizer_->fingerprint());
+  EXPECT_EQ(loaded.vocab_size(), tokenizer_->vocab_size());
+  const std::string text = "to be or not to be, that is the question 2024.\n";
+  EXPECT_EQ(loaded.encode(text), tokenizer_->encode(text));
+}
+
+TEST_F(DataTokenizerTrained, DecodeRejectsIdsOutsideTheVocabulary) {
+  const std::string message = message_of([&] { tokenizer_->decode(std::vector<int32_t>{5, 400}); });
+  EXPECT_NE(message.find("token id 400"), std::string::npos) << message;
+  EXPECT_NE(message.find("position 1"), std::string::npos) << message;
+  EXPECT_THROW(tokenizer_->decode(std::vector<int32_t>{-1}), InputError);
+}
+
+TEST(DataTokenizer, LoadingSomethingElseIsAnError) {
+  TempFolder folder;
+  const fs::path bogus = folder.path() / "bogus.model";
+  std::ofstream(bogus) << "not a model";
+  const std::string message = message_of([&] { Tokenizer::load(bogus); });
+  EXPECT_NE(message.find(bogus.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("not a SentencePiece model"), std::string::npos) << message;
+  EXPECT_THROW(Tokenizer::load(folder.path() / "missing.model"), InputError);
+}
+
+TEST(DataTokenizer, VocabularyTooLargeForTheCorpusIsAnError) {
+  TempFolder folder;
+  const std::string message = message_of(
+      [&] { Tokenizer::train(small_corpus(20), {.vocab_size = 5000, .model_path = folder.path() / "t.model"}); });
+  EXPECT_NE(message.find("5000"), std::string::npos) << message;
+  EXPECT_NE(message.find("lower the vocab size"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(folder.path() / "t.model"));
+  EXPECT_THROW(Tokenizer::train(small_corpus(20), {.vocab_size = 100, .model_path = folder.path() / "t.model"}),
+               InputError);
+  EXPECT_THROW(
+      Tokenizer::train(std::vector<std::string>{}, {.vocab_size = 400, .model_path = folder.path() / "t.model"}),
+      InputError);
+}
+
+TEST(DataTokenizer, LongDocumentsAreNotDropped) {
+  // One document far longer than SentencePiece's sentence limit: its text must still shape the vocabulary.
+  TempFolder folder;
+  std::string long_document;
+  while (long_document.size() < 100000) long_document += "zyzzyva quokka ";
+  std::vector<std::string> corpus = small_corpus(50);
+  corpus.push_back(long_document + "\n");
+  const Tokenizer tok = Tokenizer::train(corpus, {.vocab_size = 320, .model_path = folder.path() / "t.model"});
+  EXPECT_LE(tok.encode("zyzzyva quokka").size(), 3u);
+}
+
+}  // namespace
+}  // namespace retort::data

@@ -96,6 +96,18 @@ TEST_F(SafetensorsTest, RoundTripAllDtypesScalarsEmptiesAndMetadata) {
   EXPECT_EQ(header.data_start + header.data_size, std::filesystem::file_size(path));
 }
 
+TEST_F(SafetensorsTest, ViewsSaveOnlyTheirOwnElements) {
+  const Tensor matrix = tensor_of<int32_t>({1, 2, 3, 4, 5, 6}, {3, 2}, DType::I32);
+  const auto path = directory_ / "view.safetensors";
+  save_safetensors(path, {{"middle_row", matrix.rows(1, 1)}, {"flat", matrix.view({6})}});
+  const SafetensorsFile file = load_safetensors(path);
+  const Tensor& row = file.get("middle_row");
+  ASSERT_EQ(row.shape(), (Shape{1, 2}));
+  EXPECT_EQ(row.data<int32_t>()[0], 3);
+  EXPECT_EQ(row.data<int32_t>()[1], 4);
+  EXPECT_EQ(bytes_of(file.get("flat")), bytes_of(matrix));
+}
+
 TEST_F(SafetensorsTest, MissingTensorSuggestsAName) {
   const auto path = directory_ / "a.safetensors";
   save_safetensors(path, {{"layers.0.weight", tensor_of<float>({1}, {1}, DType::F32)}});

@@ -137,7 +137,7 @@ TEST_P(GptTorchTwinAdamW, LossesAndFinalWeightsMatchTorchAdamW) {
   EXPECT_LT(key_bias_drift, 1e-3) << "the key bias (zero gradient) drifted too far";
 
   std::printf(
-      "[torch twin adamw] %-26s losses %.4f -> %.4f  worst loss %.2e  worst final weight %.2e (%s)  key-bias drift "
+      "[torch twin adamw] %-30s losses %.4f -> %.4f  worst loss %.2e  worst final weight %.2e (%s)  key-bias drift "
       "%.1e\n",
       c.name.c_str(), expected.front(), expected.back(), worst_loss, worst_err, worst_name.c_str(), key_bias_drift);
 }

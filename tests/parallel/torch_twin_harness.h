@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -50,6 +51,11 @@ inline GptConfig tiny_config(int64_t n_head, bool tie_weights, const std::string
   c.tie_weights = tie_weights;
   c.norm = norm;
   return c;
+}
+
+// gtest prints a parameter with this instead of its bytes.
+inline void PrintTo(const TwinCase& c, std::ostream* out) {
+  *out << c.name;
 }
 
 inline std::string gtest_case_name(const testing::TestParamInfo<TwinCase>& info) {

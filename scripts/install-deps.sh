@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs everything retort needs from Debian's packages (run as root on Debian 12 or newer).
+# The CUDA toolkit, when present under /usr/local/cuda, is picked up by CMake; it is not installed here.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+packages=(
+  cmake ninja-build g++ pkg-config
+  libeigen3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  libsentencepiece-dev libgtest-dev libgloo-dev
+  fortunes fortunes-min          # the embedded default corpus: /usr/share/games/fortunes
+  python3 python3-torch python3-numpy  # the PyTorch twin tests (CPU)
+)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,134 @@
+// End-to-end tests of `retort train` on a tiny model: exact resume, NaN handling, config errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "apps/checkpoint.h"
+#include "apps/train_config.h"
+#include "apps/trainer.h"
+#include "core/config/config.h"
+#include "core/util/error.h"
+
+namespace retort::apps {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A tiny run on one fortunes file; the data folder is shared by the tests of this file (built once).
+std::vector<std::string> tiny_overrides(const fs::path& run_dir) {
+  return {"run.dir=" + run_dir.string(),
+          "data.corpus=/usr/share/games/fortunes/computers",
+          "data.dir=" + (fs::temp_directory_path() / "retort_test_tiny_data").string(),
+          "data.vocab_size=512",
+          "model.block_size=16",
+          "model.n_layer=1",
+          "model.n_head=2",
+          "model.n_embd=32",
+          "train.batch_size=4",
+          "train.seq_len=16",
+          "train.steps=6",
+          "train.eval_every=3",
+          "train.eval_batches=2",
+          "train.checkpoint_every=3",
+          "optim.warmup_steps=2"};
+}
+
+ResolvedConfig resolve(const std::vector<std::string>& overrides) {
+  Config config;
+  config.apply_overrides(overrides);
+  return config.resolve(training_schema());
+}
+
+std::vector<nlohmann::json> read_metrics(const fs::path& run_dir) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("retort_test_" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+TEST(Trainer, ResumeAfterInterruptionIsBitIdentical) {
+  const fs::path straight = fresh_dir("straight"), interrupted = fresh_dir("interrupted");
+  TrainResult full = run_training(resolve(tiny_overrides(straight)), Device::cpu(), false);
+  ASSERT_EQ(full.steps, 6);
+
+  // Interrupt at step 4 (a NaN loss): the run stops with an error and keeps the step-3 checkpoint.
+  auto overrides = tiny_overrides(interrupted);
+  overrides.push_back("train.inject_nan_at_step=3");
+  try {
+    run_training(resolve(overrides), Device::cpu(), false);
+    FAIL() << "a NaN loss must stop training";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("loss is nan at step 4"), std::string::npos) << message;
+    EXPECT_NE(message.find("step_00000003"), std::string::npos) << message;
+  }
+  auto latest = latest_checkpoint(interrupted);
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->filename(), "step_00000003");
+
+  TrainResult resumed = run_training(resolve(tiny_overrides(interrupted)), Device::cpu(), true);
+  EXPECT_EQ(resumed.steps, 6);
+  ASSERT_EQ(resumed.train_losses.size(), 3u);
+
+  const auto a = read_metrics(straight), b = read_metrics(interrupted);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u) << "metrics.jsonl must hold each step once after a resume";
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["step"], b[i]["step"]);
+    // Bit-identical: compare the doubles exactly.
+    EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(a[i]["lr"].get<double>(), b[i]["lr"].get<double>()) << "step " << i + 1;
+  }
+  EXPECT_EQ(a[5]["eval_loss"].get<double>(), b[5]["eval_loss"].get<double>());
+  EXPECT_EQ(full.final_eval_loss, resumed.final_eval_loss);
+}
+
+TEST(Trainer, LossGoesDownAndMetricsHaveTheFields) {
+  const fs::path dir = fresh_dir("descent");
+  auto overrides = tiny_overrides(dir);
+  overrides.push_back("train.steps=30");
+  overrides.push_back("train.eval_every=30");
+  overrides.push_back("optim.lr=3e-3");
+  TrainResult r = run_training(resolve(overrides), Device::cpu(), false);
+  ASSERT_EQ(r.train_losses.size(), 30u);
+  EXPECT_NEAR(r.train_losses.front(), std::log(512.0), 0.3) << "an initialised model predicts nearly uniformly";
+  EXPECT_LT(r.train_losses.back(), r.train_losses.front() - 0.5);
+  const auto records = read_metrics(dir);
+  for (const char* key : {"step", "loss", "lr", "tokens_per_s", "grad_norm"}) EXPECT_TRUE(records[0].contains(key)) << key;
+  EXPECT_TRUE(records.back().contains("eval_loss"));
+  EXPECT_TRUE(fs::exists(dir / "config.yaml"));
+}
+
+TEST(TrainerConfig, UnknownKeysAndBadValuesNameTheKey) {
+  auto expect_input_error = [](std::vector<std::string> overrides, const std::string& needle) {
+    try {
+      resolve(overrides);
+      FAIL() << "expected an error mentioning " << needle;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_input_error({"model.n_layers=3"}, "model.n_layer");  // suggestion for the misspelt key
+  expect_input_error({"model.n_layer=abc"}, "model.n_layer");
+  expect_input_error({"optim.lr=-1"}, "optim.lr");
+  expect_input_error({"model.norm=batchnorm"}, "model.norm");
+  expect_input_error({"model.n_embd=100", "model.n_head=3"}, "model.n_embd");
+  expect_input_error({"train.seq_len=256"}, "train.seq_len");
+}
+
+TEST(TrainerConfig, ShippedConfigResolves) {
+  Config config = Config::load(fs::path(RETORT_SOURCE_DIR) / "configs" / "toy-gpt.yaml");
+  const ResolvedConfig resolved = config.resolve(training_schema());
+  EXPECT_EQ(resolved.get_int("data.vocab_size"), 8192);
+}
+
+}  // namespace
+}  // namespace retort::apps

@@ -33,19 +33,26 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// What the tokenizer depends on; equal keys mean the tokenizer in the folder can be reused.
+// What the tokenizer depends on; equal keys mean the tokenizer in the folder can be reused. The seed only
+// picks the tokenizer's training sample on corpora over the byte budget, so elsewhere a new seed (a new
+// split) keeps the tokenizer.
 json corpus_key(const std::vector<fs::path>& files, const DatasetOptions& options) {
   json file_list = json::array();
+  int64_t total_bytes = 0;
   for (const fs::path& file : files) {
-    file_list.push_back({{"path", file.string()},
-                         {"bytes", static_cast<int64_t>(fs::file_size(file))},
-                         {"hash", file_content_hash_hex(file)}});
+    const auto bytes = static_cast<int64_t>(fs::file_size(file));
+    total_bytes += bytes;
+    file_list.push_back({{"path", file.string()}, {"bytes", bytes}, {"hash", file_content_hash_hex(file)}});
   }
-  return {{"files", std::move(file_list)}, {"vocab_size", options.vocab_size}, {"seed", options.seed}};
+  const bool sampled = total_bytes > TokenizerTrainOptions{}.max_training_bytes;
+  return {{"files", std::move(file_list)},
+          {"vocab_size", options.vocab_size},
+          {"tokenizer_seed", sampled ? json(options.seed) : json(nullptr)}};
 }
 
+// What the shards depend on beyond the tokenizer.
 json split_key(const DatasetOptions& options) {
-  return {{"val_fraction", options.val_fraction}, {"shard_tokens", options.shard_tokens}};
+  return {{"val_fraction", options.val_fraction}, {"shard_tokens", options.shard_tokens}, {"seed", options.seed}};
 }
 
 json read_manifest(const fs::path& path) {

@@ -2,9 +2,10 @@
 // Corpus -> tokenizer -> train/validation token shards, cached in a data folder.
 //
 // The folder holds tokenizer.model, train_NNN.bin, val_NNN.bin and manifest.json. The manifest records
-// what the cache was built from (corpus files with sizes and content hashes, vocab size, seed) and what it
-// holds (tokenizer fingerprint, split settings, shard names and counts). A later call with the same inputs
-// reuses the tokenizer, and the shards too when the split settings also match; any difference rebuilds.
+// what the cache was built from (corpus files with sizes and content hashes, vocab size) and what it holds
+// (tokenizer fingerprint, split settings and seed, shard names and counts). A later call with the same
+// corpus and vocab size reuses the tokenizer, and the shards too when the split settings and seed also
+// match and the shards still validate; any difference rebuilds what it affects.
 #include <cstdint>
 #include <filesystem>
 #include <string>

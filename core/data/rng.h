@@ -20,7 +20,7 @@ class SplitMix64 {
     return z ^ (z >> 31);
   }
 
-  // Uniform in [0, bound) without modulo bias: draws below 2^64 mod bound are rejected.
+  // Uniform in [0, bound), bound > 0, without modulo bias: draws below 2^64 mod bound are rejected.
   uint64_t uniform_below(uint64_t bound) {
     const uint64_t reject_below = (0 - bound) % bound;
     while (true) {

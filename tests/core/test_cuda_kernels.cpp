@@ -16,6 +16,14 @@
 #include "core/util/error.h"
 
 #ifdef RETORT_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "core/cuda/cuda_context.h"
+#endif
+
+#ifdef RETORT_WITH_CUDA
 
 namespace retort {
 namespace {
@@ -365,7 +373,23 @@ TEST(CudaNorm, RmsNormForwardBackward) {
       Tensor rdx = poisoned({R, C}, DType::F32, kCpu), rdw = host(dw).to(DType::F32);
       gpu::rms_norm_backward(dy, x, w, rrstd.to(kGpu), dx, dw);
       cpu::rms_norm_backward(host(dy), host(x), host(w), rrstd, rdx, rdw);
-      expect_close("rms_norm dx " + tag, dx, rdx, tolerance(dtype));
+      if (C == 1) {
+        // One column: dx = rstd * g * (1 - xhat^2) with xhat^2 = x^2 / (x^2 + eps), a difference of nearly equal
+        // numbers that float32 cannot resolve to 1e-5 of itself; judge it against the size of the terms.
+        const std::vector<double> d = dx.to_doubles(), r = rdx.to_doubles(), dyv = dy.to_doubles(), wv = w.to_doubles(),
+                                  sv = rrstd.to_doubles();
+        double err = 0, terms = 0;
+        for (int64_t i = 0; i < R; ++i) {
+          err += (d[i] - r[i]) * (d[i] - r[i]);
+          terms += std::pow(sv[i] * dyv[i] * wv[0], 2);
+        }
+        const double rel = std::sqrt(err / terms);
+        std::printf("[cuda-err] %-60s %.3e (tol %.0e, relative to the cancelling terms)\n",
+                    ("rms_norm dx " + tag).c_str(), rel, tolerance(dtype));
+        EXPECT_LE(rel, tolerance(dtype));
+      } else {
+        expect_close("rms_norm dx " + tag, dx, rdx, tolerance(dtype));
+      }
       expect_close("rms_norm dweight " + tag, dw, rdw, tolerance(dtype));
     }
   }
@@ -584,6 +608,106 @@ TEST(CudaCrossEntropy, TargetOutOfRangeThrows) {
   EXPECT_THROW(gpu::cross_entropy_backward(logits, targets, lse, -100, 1.f, dlogits), InputError);
   Tensor good = Tensor::from_ints({0, 10, -100}, {rows}, kGpu);
   EXPECT_NO_THROW(gpu::cross_entropy_forward(logits, good, -100, loss, lse));
+}
+
+// ---- timings (not a check: run with --gtest_also_run_disabled_tests on a GPU) -----------------------------------
+// GPT-2 small shapes (B 8, T 1024, C 768, V 50257, 12 heads), bf16 storage. Median of 20 runs after 3 warm-ups,
+// timed with events on the compute stream; GB/s counts the fewest bytes each kernel must move.
+
+template <typename F>
+double median_ms(F&& f) {
+  cudaStream_t stream = retort::cuda::current_stream();
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t start, stop;
+  RETORT_CUDA_CHECK(cudaEventCreate(&start));
+  RETORT_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int i = 0; i < 20; ++i) {
+    RETORT_CUDA_CHECK(cudaEventRecord(start, stream));
+    f();
+    RETORT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    RETORT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    RETORT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+void report_time(const char* what, double ms, double bytes, double flops = 0) {
+  std::printf("[cuda-time] %-44s %9.4f ms %8.1f GB/s %8.1f TFLOP/s\n", what, ms, bytes / ms / 1e6, flops / ms / 1e9);
+}
+
+TEST(CudaKernelTiming, DISABLED_Gpt2SmallShapes) {
+  SKIP_WITHOUT_GPU();
+  const int64_t B = 8, T = 1024, C = 768, V = 50257, H = 12, N = B * T;
+  const DType bf = DType::BF16;
+  const double e = 2;  // bytes per bf16 element
+  {
+    Tensor x = random_gpu({N, C}, bf, 1), w = random_gpu({C}, bf, 2), b = random_gpu({C}, bf, 3);
+    Tensor y = Tensor::empty({N, C}, bf, kGpu), mean = Tensor::empty({N}, DType::F32, kGpu),
+           rstd = Tensor::empty({N}, DType::F32, kGpu);
+    report_time("layer_norm_forward [8192, 768]",
+                median_ms([&] { gpu::layer_norm_forward(x, w, b, 1e-5f, y, mean, rstd); }), 2 * N * C * e);
+    Tensor dy = random_gpu({N, C}, bf, 4), dx = Tensor::empty({N, C}, bf, kGpu);
+    Tensor dw = Tensor::zeros({C}, DType::F32, kGpu), db = Tensor::zeros({C}, DType::F32, kGpu);
+    report_time("layer_norm_backward [8192, 768]",
+                median_ms([&] { gpu::layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db); }), 3 * N * C * e);
+  }
+  {
+    Tensor x = random_gpu({N, 4 * C}, bf, 5), y = Tensor::empty({N, 4 * C}, bf, kGpu),
+           bias = random_gpu({4 * C}, bf, 6);
+    report_time("gelu_forward [8192, 3072]", median_ms([&] { gpu::gelu_forward(x, y); }), 2 * N * 4 * C * e);
+    report_time("gelu_backward [8192, 3072]", median_ms([&] { gpu::gelu_backward(x, y, y); }), 3 * N * 4 * C * e);
+    report_time("add_bias [8192, 3072]", median_ms([&] { gpu::add_bias(x, bias, y); }), 2 * N * 4 * C * e);
+    Tensor out = Tensor::zeros({4 * C}, DType::F32, kGpu);
+    report_time("sum_rows [8192, 3072]", median_ms([&] { gpu::sum_rows(x, out, 1.f); }), N * 4 * C * e);
+    Tensor total = Tensor::empty({1}, DType::F32, kGpu);
+    report_time("sum_squares [8192 * 3072]", median_ms([&] { gpu::sum_squares(x, total); }), N * 4 * C * e);
+  }
+  {
+    Tensor logits = random_gpu({N, V}, bf, 7, -4, 4);
+    std::vector<int32_t> tv = random_ids(N, V, 8);
+    Tensor targets = Tensor::from_ints(tv, {N}, kGpu);
+    Tensor loss = Tensor::empty({N}, DType::F32, kGpu), lse = Tensor::empty({N}, DType::F32, kGpu);
+    report_time("cross_entropy_forward [8192, 50257] (+sync)",
+                median_ms([&] { gpu::cross_entropy_forward(logits, targets, -100, loss, lse); }), N * V * e);
+    Tensor dlogits = Tensor::empty({N, V}, bf, kGpu);
+    report_time("cross_entropy_backward [8192, 50257] (+sync)",
+                median_ms([&] { gpu::cross_entropy_backward(logits, targets, lse, -100, 1.f / N, dlogits); }),
+                2 * N * V * e);
+  }
+  {
+    Tensor qkv = random_gpu({B, T, 3 * C}, bf, 9), out = Tensor::empty({B, T, C}, bf, kGpu);
+    Tensor probs = Tensor::empty({B, H, T, T}, bf, kGpu);
+    const double flops = 2.0 * 2.0 * B * H * T * T * (C / H);
+    report_time("attention_forward B8 T1024 H12 D64",
+                median_ms([&] { gpu::attention_forward(qkv, static_cast<int>(H), out, probs); }),
+                (4 * N * C + B * H * T * T) * e, flops);
+    Tensor dout = random_gpu({B, T, C}, bf, 10), dqkv = Tensor::empty({B, T, 3 * C}, bf, kGpu);
+    report_time("attention_backward B8 T1024 H12 D64",
+                median_ms([&] { gpu::attention_backward(dout, qkv, probs, static_cast<int>(H), dqkv); }),
+                (7 * N * C + B * H * T * T) * e, 2 * flops);
+  }
+  {
+    Tensor table = random_gpu({V, C}, bf, 11), out = Tensor::empty({N, C}, bf, kGpu);
+    Tensor ids = Tensor::from_ints(random_ids(N, V, 12), {N}, kGpu);
+    report_time("embedding_forward 8192 x 768 (+sync)", median_ms([&] { gpu::embedding_forward(table, ids, out); }),
+                2 * N * C * e);
+    Tensor dtable = Tensor::zeros({V, C}, DType::F32, kGpu);
+    report_time("embedding_backward 8192 x 768 (+sync)", median_ms([&] { gpu::embedding_backward(out, ids, dtable); }),
+                N * C * e + 2 * N * C * 4.0);
+  }
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    Tensor a = random_gpu({N, C}, dtype, 13), w = random_gpu({C, 3 * C}, dtype, 14);
+    Tensor c = Tensor::empty({N, 3 * C}, dtype, kGpu);
+    const std::string what = "gemm " + name(dtype) + " [8192, 768] x [768, 2304]";
+    report_time(what.c_str(), median_ms([&] { gpu::gemm(a, w, c, false, false, 1.f, 0.f); }),
+                (N * C + C * 3 * C + N * 3 * C) * static_cast<double>(dtype_size(dtype)), 2.0 * N * C * 3 * C);
+  }
 }
 
 }  // namespace

@@ -180,6 +180,13 @@ TEST_F(DataDataset, ChangedSplitSettingsKeepTheTokenizerAndRemoveStaleShards) {
   ASSERT_EQ(second.train_shards.size(), 1u);
   EXPECT_FALSE(fs::exists(options_.data_dir / "train_001.bin")) << "stale shard from the first build";
   EXPECT_LT(second.val_tokens, first.val_tokens);
+
+  // A new seed is a new split of the same corpus: same tokenizer, new shards.
+  options_.seed = 99;
+  const PreparedDataset reseeded = prepare_token_dataset(options_);
+  EXPECT_TRUE(reseeded.reused_tokenizer);
+  EXPECT_FALSE(reseeded.reused_shards);
+  EXPECT_TRUE(prepare_token_dataset(options_).reused_shards);
 }
 
 TEST_F(DataDataset, ChangedCorpusOrVocabRebuildsTheTokenizer) {

@@ -72,7 +72,7 @@ std::string* GptTorchTwinAdamW::error_ = nullptr;
 TEST_P(GptTorchTwinAdamW, LossesAndFinalWeightsMatchTorchAdamW) {
   if (!python_has_torch())
     GTEST_SKIP() << RETORT_PYTHON " cannot import torch: install Debian's python3-torch to run the PyTorch twin";
-  ASSERT_EQ(error_, nullptr) << *error_;
+  ASSERT_TRUE(error_ == nullptr) << *error_;
   const TwinCase& c = GetParam();
   const SafetensorsFile* ref = reference();
   ASSERT_NE(ref, nullptr);
@@ -118,16 +118,16 @@ TEST_P(GptTorchTwinAdamW, LossesAndFinalWeightsMatchTorchAdamW) {
   double worst_err = 0, key_bias_drift = 0;
   for (const auto& [name, p] : model->named_parameters()) {
     ASSERT_TRUE(ref->contains("final." + name)) << "the reference has no final." << name;
-    std::vector<double> actual = p.to_doubles(), expected = ref->get("final." + name).to_doubles();
-    ASSERT_EQ(actual.size(), expected.size()) << name;
+    std::vector<double> ours = p.to_doubles(), torch_final = ref->get("final." + name).to_doubles();
+    ASSERT_EQ(ours.size(), torch_final.size()) << name;
     if (name.ends_with("attn.qkv.bias")) {
-      const auto C = static_cast<std::ptrdiff_t>(actual.size() / 3);
+      const auto C = static_cast<std::ptrdiff_t>(ours.size() / 3);
       for (std::ptrdiff_t i = C; i < 2 * C; ++i)
-        key_bias_drift = std::max(key_bias_drift, std::abs(actual[i] - expected[i]));
-      actual.erase(actual.begin() + C, actual.begin() + 2 * C);
-      expected.erase(expected.begin() + C, expected.begin() + 2 * C);
+        key_bias_drift = std::max(key_bias_drift, std::abs(ours[i] - torch_final[i]));
+      ours.erase(ours.begin() + C, ours.begin() + 2 * C);
+      torch_final.erase(torch_final.begin() + C, torch_final.begin() + 2 * C);
     }
-    const double err = rel_l2(actual, expected);
+    const double err = rel_l2(ours, torch_final);
     EXPECT_LT(err, 1e-4) << "final." << name << " (relative L2)";
     if (err > worst_err) {
       worst_name = name;

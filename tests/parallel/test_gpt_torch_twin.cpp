@@ -74,7 +74,7 @@ std::string* GptTorchTwin::error_ = nullptr;
 TEST_P(GptTorchTwin, LogitsLossAndGradientsMatchFloat64Torch) {
   if (!python_has_torch())
     GTEST_SKIP() << RETORT_PYTHON " cannot import torch: install Debian's python3-torch to run the PyTorch twin";
-  ASSERT_EQ(error_, nullptr) << *error_;
+  ASSERT_TRUE(error_ == nullptr) << *error_;
   const TwinCase& c = GetParam();
   const SafetensorsFile* ref = reference();
   ASSERT_NE(ref, nullptr);

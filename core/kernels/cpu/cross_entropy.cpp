@@ -17,16 +17,15 @@ void cross_entropy_forward(const Tensor& logits_in, const Tensor& targets, int i
       throw InputError(fmt::format("target {} at row {} is outside the vocabulary of {} (ignore_index is {})", t[r], r,
                                    vocab, ignore_index));
   dispatch_real(logits.dtype(), [&]<typename T>() {
+    using Row = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 #pragma omp parallel for if (rows * vocab > 16384)
     for (int64_t r = 0; r < rows; ++r) {
-      const T* x = logits.data<T>() + r * vocab;
-      double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < vocab; ++j) m = std::max(m, static_cast<double>(x[j]));
-      double s = 0;
-      for (int64_t j = 0; j < vocab; ++j) s += std::exp(x[j] - m);
-      const double l = m + std::log(s);
+      Row x(logits.data<T>() + r * vocab, vocab);
+      // Eigen's exp is vectorised; the sum of up to ~1e6 terms each <= 1 keeps float precision here.
+      const T m = x.maxCoeff();
+      const double l = static_cast<double>(m) + std::log(static_cast<double>((x - m).exp().sum()));
       store_stat(lse, r, l);
-      store_stat(row_loss, r, t[r] == ignore_index ? 0.0 : l - x[t[r]]);
+      store_stat(row_loss, r, t[r] == ignore_index ? 0.0 : l - static_cast<double>(x[t[r]]));
     }
   });
 }
@@ -47,8 +46,10 @@ void cross_entropy_backward(const Tensor& logits_in, const Tensor& targets, cons
         std::fill_n(g, vocab, T(0));
         continue;
       }
-      const double l = load_stat(lse, r);
-      for (int64_t j = 0; j < vocab; ++j) g[j] = T(grad_scale * std::exp(x[j] - l));
+      const T l = static_cast<T>(load_stat(lse, r));
+      Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> xr(x, vocab);
+      Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> gr(g, vocab);
+      gr = T(grad_scale) * (xr - l).exp();
       g[t[r]] -= T(grad_scale);
     }
   });

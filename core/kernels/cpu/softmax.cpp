@@ -17,13 +17,10 @@ void softmax_row(const T* x, T* y, int64_t n) {
     std::fill_n(y, n, T(0));
     return;
   }
-  double s = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    y[j] = std::exp(x[j] - m);
-    s += y[j];
-  }
-  const T inv = T(1.0 / s);
-  for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+  Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> xr(x, n);
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> yr(y, n);
+  yr = (xr - m).exp();  // vectorised; x and y may alias, which an elementwise expression allows
+  yr *= T(1) / yr.sum();
 }
 }  // namespace
 

@@ -117,7 +117,7 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const W* weight, c
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const float xhat = (xv[i] - mu) * rs;
-          const float g = gv[i] * wv[i];
+          const float g = __fmul_rn(gv[i], wv[i]);  // rounded: pass 2 must see the same g (see below)
           sums.x += g;
           sums.y += g * xhat;
           dw[i] = gv[i] * xhat;
@@ -143,7 +143,7 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const W* weight, c
       for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
         const float xhat = (to_f32(xr[c]) - mu) * rs;
         const float d = to_f32(dyr[c]);
-        const float g = d * to_f32(weight[c]);
+        const float g = __fmul_rn(d, to_f32(weight[c]));
         sums.x += g;
         sums.y += g * xhat;
         if (dw_acc) {
@@ -153,6 +153,9 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const W* weight, c
       }
     }
     sums = block_sum2(sums, scratch);
+    // g = dy * w is rounded explicitly (__fmul_rn) in both passes: if the compiler fused g - mean_g into an
+    // FMA, a row whose g are all equal (one column, say) would give the product's rounding error, amplified
+    // by rstd, instead of exactly 0.
     const float mean_g = kRms ? 0.f : sums.x * inv_cols;
     const float mean_gx = sums.y * inv_cols;
     if constexpr (kVec) {
@@ -164,14 +167,14 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const W* weight, c
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const float xhat = (xv[i] - mu) * rs;
-          xv[i] = rs * (gv[i] * wv[i] - mean_g - xhat * mean_gx);
+          xv[i] = rs * (__fmul_rn(gv[i], wv[i]) - mean_g - xhat * mean_gx);
         }
         store8(dxr + 8 * p, xv);
       }
     } else {
       for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
         const float xhat = (to_f32(xr[c]) - mu) * rs;
-        dxr[c] = from_f32<T>(rs * (to_f32(dyr[c]) * to_f32(weight[c]) - mean_g - xhat * mean_gx));
+        dxr[c] = from_f32<T>(rs * (__fmul_rn(to_f32(dyr[c]), to_f32(weight[c])) - mean_g - xhat * mean_gx));
       }
     }
   }

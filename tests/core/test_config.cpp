@@ -240,6 +240,10 @@ TEST(ConfigErrors, DuplicateKeyAndRequiredKey) {
               Config::from_string("model:\n  n_layer: 2\nmodel.n_layer: 3\n").resolve(make_schema());
             }).find("'model.n_layer' is set twice"),
             std::string::npos);
+  EXPECT_NE(error_of([] {
+              Config::from_string("model:\n  n_layer: 2\n  n_layer: 3\n").resolve(make_schema());
+            }).find("'model.n_layer' is set twice (<string>:3)"),
+            std::string::npos);
   ConfigSchema schema;
   schema.add_string("data.train", "", "training shards").required();
   EXPECT_NE(error_of([&] { Config().resolve(schema); }).find("config key 'data.train' (training shards) is required"),

@@ -49,7 +49,8 @@ void cross_entropy_backward(const Tensor& logits_in, const Tensor& targets, cons
       const T l = static_cast<T>(load_stat(lse, r));
       Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> xr(x, vocab);
       Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> gr(g, vocab);
-      gr = T(grad_scale) * (xr - l).exp();
+      // exp(-inf) must be exactly 0 (Eigen's vectorised exp would give a denormal).
+      gr = (xr == -std::numeric_limits<T>::infinity()).select(T(0), T(grad_scale) * (xr - l).exp());
       g[t[r]] -= T(grad_scale);
     }
   });

@@ -66,7 +66,11 @@ double ProgressReporter::elapsed_seconds() const {
 
 std::optional<double> ProgressReporter::eta_seconds() const {
   if (options_.total_steps == 0 || !std::isfinite(seconds_per_step_)) return std::nullopt;
-  return static_cast<double>(std::max<int64_t>(0, options_.total_steps - step_)) * seconds_per_step_;
+  // The average over the whole run, not the smoothed step time: periodic work (validation, checkpoints)
+  // recurs, and one slow step right after it must not swing the estimate.
+  const int64_t done = step_ - options_.start_step;
+  const double per_step = done > 0 ? (last_time_ - start_time_) / static_cast<double>(done) : seconds_per_step_;
+  return static_cast<double>(std::max<int64_t>(0, options_.total_steps - step_)) * per_step;
 }
 
 void ProgressReporter::update(const ProgressUpdate& update) {

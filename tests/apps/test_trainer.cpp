@@ -107,6 +107,17 @@ TEST(Trainer, LossGoesDownAndMetricsHaveTheFields) {
   EXPECT_TRUE(fs::exists(dir / "config.yaml"));
 }
 
+TEST(Trainer, CudaRunFollowsTheCpuRun) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const fs::path cpu_dir = fresh_dir("cpu_twin"), gpu_dir = fresh_dir("gpu_twin");
+  TrainResult cpu = run_training(resolve(tiny_overrides(cpu_dir)), Device::cpu(), false);
+  TrainResult gpu = run_training(resolve(tiny_overrides(gpu_dir)), Device::cuda(0), false);
+  ASSERT_EQ(cpu.train_losses.size(), gpu.train_losses.size());
+  for (size_t i = 0; i < cpu.train_losses.size(); ++i)
+    EXPECT_NEAR(gpu.train_losses[i], cpu.train_losses[i], 1e-4 * cpu.train_losses[i]) << "step " << i + 1;
+  EXPECT_NEAR(gpu.final_eval_loss, cpu.final_eval_loss, 1e-4 * cpu.final_eval_loss);
+}
+
 TEST(TrainerConfig, UnknownKeysAndBadValuesNameTheKey) {
   auto expect_input_error = [](std::vector<std::string> overrides, const std::string& needle) {
     try {

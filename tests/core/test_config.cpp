@@ -3,13 +3,17 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "core/config/config.h"
 #include "core/util/error.h"
+#include "tests/test_support.h"
 
 namespace retort {
 namespace {
+
+using ::retort::testing::message_of;
+using ::retort::testing::TempFolder;
+using ::retort::testing::write_bytes;
 
 ConfigSchema make_schema() {
   ConfigSchema schema;
@@ -38,33 +42,15 @@ ConfigSchema make_schema() {
   return schema;
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no InputError was thrown";
-  return {};
-}
-
 class ConfigFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    directory_ = std::filesystem::temp_directory_path() /
-                 ("retort_config_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    std::filesystem::remove_all(directory_);
-    std::filesystem::create_directories(directory_);
-  }
-  void TearDown() override { std::filesystem::remove_all(directory_); }
-
   std::filesystem::path write(const std::string& name, const std::string& text) {
-    const auto path = directory_ / name;
-    std::ofstream(path) << text;
+    const auto path = folder_.path() / name;
+    write_bytes(path, text);
     return path;
   }
 
-  std::filesystem::path directory_;
+  TempFolder folder_;
 };
 
 TEST(ConfigDefaults, EmptyConfigTakesEveryDefault) {
@@ -147,48 +133,48 @@ TEST(ConfigNested, SectionOverrideWithAMapping) {
 
 TEST_F(ConfigFileTest, UnknownKeyInFileNamesKeyFileAndLine) {
   const auto path = write("typo.yaml", "model:\n  n_layer: 2\n  n_layr: 3\n");
-  const std::string message = error_of([&] { Config::load(path).resolve(make_schema()); });
+  const std::string message = message_of([&] { Config::load(path).resolve(make_schema()); });
   EXPECT_NE(message.find("unknown config key 'model.n_layr'"), std::string::npos) << message;
   EXPECT_NE(message.find(path.string() + ":3"), std::string::npos) << message;
   EXPECT_NE(message.find("did you mean 'model.n_layer'?"), std::string::npos) << message;
 }
 
 TEST(ConfigErrors, UnknownSectionAnywhereInTheTree) {
-  const std::string message = error_of([] { Config::from_string("modle:\n  n_layer: 2\n").resolve(make_schema()); });
+  const std::string message = message_of([] { Config::from_string("modle:\n  n_layer: 2\n").resolve(make_schema()); });
   EXPECT_NE(message.find("unknown config key 'modle'"), std::string::npos) << message;
 }
 
 TEST(ConfigErrors, UnknownOverrideSuggestsTheClosestKey) {
   Config config;
   config.apply_overrides({"model.n_layr=4"});
-  const std::string message = error_of([&] { config.resolve(make_schema()); });
+  const std::string message = message_of([&] { config.resolve(make_schema()); });
   EXPECT_NE(message.find("unknown config key 'model.n_layr'"), std::string::npos) << message;
   EXPECT_NE(message.find("override 'model.n_layr=4'"), std::string::npos) << message;
   EXPECT_NE(message.find("did you mean 'model.n_layer'?"), std::string::npos) << message;
 
   Config leaf_only;
   leaf_only.apply_override("n_layer=4");
-  EXPECT_NE(error_of([&] { leaf_only.resolve(make_schema()); }).find("did you mean 'model.n_layer'?"),
+  EXPECT_NE(message_of([&] { leaf_only.resolve(make_schema()); }).find("did you mean 'model.n_layer'?"),
             std::string::npos);
 
   Config hopeless;
   hopeless.apply_override("zzzzzzzz=1");
-  EXPECT_EQ(error_of([&] { hopeless.resolve(make_schema()); }).find("did you mean"), std::string::npos);
+  EXPECT_EQ(message_of([&] { hopeless.resolve(make_schema()); }).find("did you mean"), std::string::npos);
 }
 
 TEST(ConfigErrors, OverrideWithoutEquals) {
   Config config;
-  const std::string message = error_of([&] { config.apply_overrides({"model.n_layer"}); });
+  const std::string message = message_of([&] { config.apply_overrides({"model.n_layer"}); });
   EXPECT_NE(message.find("'model.n_layer' has no '='"), std::string::npos) << message;
-  EXPECT_NE(error_of([&] { config.apply_override("=4"); }).find("no key"), std::string::npos);
-  EXPECT_NE(error_of([&] { config.apply_override("+model.x=4"); }).find("not supported"), std::string::npos);
+  EXPECT_NE(message_of([&] { config.apply_override("=4"); }).find("no key"), std::string::npos);
+  EXPECT_NE(message_of([&] { config.apply_override("+model.x=4"); }).find("not supported"), std::string::npos);
 }
 
 TEST(ConfigErrors, WrongTypesNameTheKeyAndValue) {
   const auto message_for = [](const std::string& text) {
     Config config;
     config.apply_override(text);
-    return error_of([&] { config.resolve(make_schema()); });
+    return message_of([&] { config.resolve(make_schema()); });
   };
   EXPECT_NE(message_for("model.n_layer=abc").find("config key 'model.n_layer' must be an integer, got 'abc'"),
             std::string::npos);
@@ -202,7 +188,7 @@ TEST(ConfigErrors, WrongTypesNameTheKeyAndValue) {
   EXPECT_NE(message_for("model=3").find("'model' is a section"), std::string::npos);
 
   const std::string from_file =
-      error_of([] { Config::from_string("model:\n  n_layer: abc\n").resolve(make_schema()); });
+      message_of([] { Config::from_string("model:\n  n_layer: abc\n").resolve(make_schema()); });
   EXPECT_NE(from_file.find("config key 'model.n_layer' must be an integer, got 'abc' (<string>:2)"), std::string::npos)
       << from_file;
 }
@@ -211,7 +197,7 @@ TEST(ConfigErrors, OutOfRangeBadChoiceAndCustomChecks) {
   const auto message_for = [](const std::vector<std::string>& overrides) {
     Config config;
     config.apply_overrides(overrides);
-    return error_of([&] { config.resolve(make_schema()); });
+    return message_of([&] { config.resolve(make_schema()); });
   };
   EXPECT_NE(message_for({"model.n_layer=0"}).find("config key 'model.n_layer' must be in [1, 1024], got 0"),
             std::string::npos);
@@ -228,7 +214,7 @@ TEST(ConfigErrors, OutOfRangeBadChoiceAndCustomChecks) {
 TEST(ConfigErrors, AllProblemsAreReportedTogether) {
   Config config = Config::from_string("model:\n  n_layer: 0\n  bogus: 1\n");
   config.apply_override("optim.name=sgd");
-  const std::string message = error_of([&] { config.resolve(make_schema()); });
+  const std::string message = message_of([&] { config.resolve(make_schema()); });
   EXPECT_NE(message.find("3 problems"), std::string::npos) << message;
   EXPECT_NE(message.find("model.n_layer"), std::string::npos);
   EXPECT_NE(message.find("model.bogus"), std::string::npos);
@@ -236,17 +222,17 @@ TEST(ConfigErrors, AllProblemsAreReportedTogether) {
 }
 
 TEST(ConfigErrors, DuplicateKeyAndRequiredKey) {
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(message_of([] {
               Config::from_string("model:\n  n_layer: 2\nmodel.n_layer: 3\n").resolve(make_schema());
             }).find("'model.n_layer' is set twice"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(message_of([] {
               Config::from_string("model:\n  n_layer: 2\n  n_layer: 3\n").resolve(make_schema());
             }).find("'model.n_layer' is set twice (<string>:3)"),
             std::string::npos);
   ConfigSchema schema;
   schema.add_string("data.train", "", "training shards").required();
-  EXPECT_NE(error_of([&] { Config().resolve(schema); }).find("config key 'data.train' (training shards) is required"),
+  EXPECT_NE(message_of([&] { Config().resolve(schema); }).find("config key 'data.train' (training shards) is required"),
             std::string::npos);
   Config given;
   given.apply_override("data.train=shards/*.bin");
@@ -255,11 +241,11 @@ TEST(ConfigErrors, DuplicateKeyAndRequiredKey) {
 
 TEST_F(ConfigFileTest, BadYamlAndMissingFile) {
   const auto path = write("broken.yaml", "model:\n  n_layer: [1, 2\n");
-  const std::string message = error_of([&] { Config::load(path); });
+  const std::string message = message_of([&] { Config::load(path); });
   EXPECT_NE(message.find(path.string()), std::string::npos) << message;
   EXPECT_NE(message.find("line"), std::string::npos) << message;
-  EXPECT_NE(error_of([&] { Config::load(directory_ / "missing.yaml"); }).find("missing.yaml"), std::string::npos);
-  EXPECT_NE(error_of([&] { Config::from_string("- 1\n- 2\n"); }).find("mapping"), std::string::npos);
+  EXPECT_NE(message_of([&] { Config::load(folder_.path() / "missing.yaml"); }).find("missing.yaml"), std::string::npos);
+  EXPECT_NE(message_of([&] { Config::from_string("- 1\n- 2\n"); }).find("mapping"), std::string::npos);
 }
 
 TEST(ConfigSchemaDeclaration, MistakesInTheSchemaAreProgrammingErrors) {

@@ -1,53 +1,21 @@
 // Corpus resolution (file, folder, glob, nothing matches, symlink dedupe, binary skip) and document splitting.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "core/data/corpus.h"
 #include "core/util/error.h"
+#include "tests/test_support.h"
 
 namespace retort::data {
 namespace {
 namespace fs = std::filesystem;
-
-class TempFolder {
- public:
-  TempFolder() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("retort_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-    path_ = fs::canonical(path_);
-  }
-  ~TempFolder() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-template <typename Exception = InputError, typename Body>
-std::string message_of(Body&& body) {
-  try {
-    body();
-  } catch (const Exception& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary) << text;
-}
+using ::retort::testing::message_of;
+using ::retort::testing::TempFolder;
+using ::retort::testing::write_bytes;
 
 // tree/
 //   one.txt, one.txt.u8 -> one.txt (fortune's layout), index.dat (binary), sub/two.txt, .hidden/three.txt
@@ -55,11 +23,11 @@ class DataCorpusTree : public ::testing::Test {
  protected:
   void SetUp() override {
     root_ = folder_.path() / "tree";
-    write_text(root_ / "one.txt", "first\n%\nsecond\n");
+    write_bytes(root_ / "one.txt", "first\n%\nsecond\n");
     fs::create_symlink("one.txt", root_ / "one.txt.u8");
-    write_text(root_ / "index.dat", std::string("\x00\x00\x00\x02\x00\x00\x00\x03", 8));
-    write_text(root_ / "sub" / "two.txt", "paragraph\n");
-    write_text(root_ / ".hidden" / "three.txt", "hidden\n");
+    write_bytes(root_ / "index.dat", std::string("\x00\x00\x00\x02\x00\x00\x00\x03", 8));
+    write_bytes(root_ / "sub" / "two.txt", "paragraph\n");
+    write_bytes(root_ / ".hidden" / "three.txt", "hidden\n");
   }
   TempFolder folder_;
   fs::path root_;

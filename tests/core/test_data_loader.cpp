@@ -4,7 +4,6 @@
 // The shards hold tokens whose value is their own global position (shard 1 is offset by 100000), so every
 // batch row tells which window it came from.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -17,40 +16,16 @@
 #include "core/data/loader.h"
 #include "core/data/token_shard.h"
 #include "core/util/error.h"
+#include "tests/test_support.h"
 
 namespace retort::data {
 namespace {
 namespace fs = std::filesystem;
+using ::retort::testing::message_of;
+using ::retort::testing::TempFolder;
 
 constexpr int64_t kVocab = 200000;  // above 65536: the loader reads uint32 shards here
 constexpr int32_t kSecondShardBase = 100000;
-
-class TempFolder {
- public:
-  TempFolder() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("retort_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempFolder() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-template <typename Exception = InputError, typename Body>
-std::string message_of(Body&& body) {
-  try {
-    body();
-  } catch (const Exception& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
 
 fs::path write_counting_shard(const fs::path& path, int32_t first, int64_t count, int64_t vocab = kVocab) {
   std::vector<int32_t> tokens(static_cast<size_t>(count));

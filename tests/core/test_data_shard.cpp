@@ -1,6 +1,5 @@
 // Token shards: the llm.c byte layout checked by reading raw bytes, and each corruption a reader must reject.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <array>
 #include <cmath>
@@ -15,37 +14,15 @@
 #include "core/data/token_shard.h"
 #include "core/data/token_stats.h"
 #include "core/util/error.h"
+#include "tests/test_support.h"
 
 namespace retort::data {
 namespace {
 namespace fs = std::filesystem;
-
-class TempFolder {
- public:
-  TempFolder() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("retort_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempFolder() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-template <typename Exception = InputError, typename Body>
-std::string message_of(Body&& body) {
-  try {
-    body();
-  } catch (const Exception& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
+using ::retort::testing::message_of;
+using ::retort::testing::read_bytes;
+using ::retort::testing::TempFolder;
+using ::retort::testing::write_bytes;
 
 ::testing::AssertionResult contains_all(const std::string& text, std::initializer_list<std::string> parts) {
   for (const std::string& part : parts) {
@@ -54,16 +31,6 @@ std::string message_of(Body&& body) {
     }
   }
   return ::testing::AssertionSuccess();
-}
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const fs::path& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 int32_t header_int(const std::string& bytes, int index) {

@@ -1,7 +1,6 @@
 // The SentencePiece tokenizer as retort trains it: determinism, exact round trips (unicode and bytes never
 // seen in training), the end-of-document id, loading, and errors.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,42 +10,14 @@
 #include "core/data/content_hash.h"
 #include "core/data/tokenizer.h"
 #include "core/util/error.h"
+#include "tests/test_support.h"
 
 namespace retort::data {
 namespace {
 namespace fs = std::filesystem;
-
-class TempFolder {
- public:
-  TempFolder() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("retort_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempFolder() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-template <typename Exception = InputError, typename Body>
-std::string message_of(Body&& body) {
-  try {
-    body();
-  } catch (const Exception& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using ::retort::testing::message_of;
+using ::retort::testing::read_bytes;
+using ::retort::testing::TempFolder;
 
 // A small ASCII corpus: sentences drawn from a fixed word list by a fixed generator.
 std::vector<std::string> small_corpus(int documents, uint64_t salt = 0) {
@@ -98,18 +69,18 @@ TEST(DataTokenizer, TrainingIsDeterministic) {
 
 class DataTokenizerTrained : public ::testing::Test {
  protected:
+  // One tokenizer for the whole suite, because training dominates the cost; no test is running yet, so the
+  // folder is named after the suite.
   static void SetUpTestSuite() {
-    folder_ = new fs::path(fs::temp_directory_path() / ("retort_DataTokenizerTrained_" + std::to_string(::getpid())));
-    fs::create_directories(*folder_);
+    folder_ = new TempFolder("DataTokenizerTrained");
     tokenizer_ = new Tokenizer(Tokenizer::train(small_corpus(400), {.vocab_size = 400, .model_path = model_path()}));
   }
   static void TearDownTestSuite() {
     delete tokenizer_;
-    fs::remove_all(*folder_);
     delete folder_;
   }
-  static fs::path model_path() { return *folder_ / "tok.model"; }
-  static inline fs::path* folder_ = nullptr;
+  static fs::path model_path() { return folder_->path() / "tok.model"; }
+  static inline TempFolder* folder_ = nullptr;
   static inline Tokenizer* tokenizer_ = nullptr;
 };
 

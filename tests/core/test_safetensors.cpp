@@ -10,9 +10,13 @@
 #include "core/io/atomic_file.h"
 #include "core/io/safetensors.h"
 #include "core/util/error.h"
+#include "tests/test_support.h"
 
 namespace retort {
 namespace {
+
+using ::retort::testing::message_of;
+using ::retort::testing::TempFolder;
 
 template <typename T>
 Tensor tensor_of(const std::vector<T>& values, const Shape& shape, DType dtype) {
@@ -28,36 +32,24 @@ std::string bytes_of(const Tensor& tensor) {
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    directory_ = std::filesystem::temp_directory_path() /
-                 ("retort_st_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    std::filesystem::remove_all(directory_);
-    std::filesystem::create_directories(directory_);
-  }
-  void TearDown() override { std::filesystem::remove_all(directory_); }
-
   // A file with a hand-written header and buffer, for the corrupt cases.
   std::filesystem::path raw_file(const std::string& name, const std::string& header, const std::string& buffer,
                                  std::optional<uint64_t> declared_length = std::nullopt) {
     std::string bytes(8, '\0');
     const uint64_t length = declared_length.value_or(header.size());
     for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((length >> (8 * i)) & 0xff);
-    const auto path = directory_ / name;
+    const auto path = folder_.path() / name;
     write_file_atomic(path, bytes + header + buffer);
     return path;
   }
 
+  // The message of loading `path`, which must fail with an InputError; a failure names the file.
   std::string load_error(const std::filesystem::path& path) {
-    try {
-      load_safetensors(path);
-    } catch (const InputError& error) {
-      return error.what();
-    }
-    ADD_FAILURE() << "loading " << path << " did not throw an InputError";
-    return {};
+    SCOPED_TRACE("loading " + path.string());
+    return message_of([&] { load_safetensors(path); });
   }
 
-  std::filesystem::path directory_;
+  TempFolder folder_;
 };
 
 TEST_F(SafetensorsTest, RoundTripAllDtypesScalarsEmptiesAndMetadata) {
@@ -72,7 +64,7 @@ TEST_F(SafetensorsTest, RoundTripAllDtypesScalarsEmptiesAndMetadata) {
       {"scalar.f64", tensor_of<double>({-0.5}, {}, DType::F64)},
   };
   const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"step", "120"}, {"unicode", "µ—ok"}};
-  const auto path = directory_ / "model.safetensors";
+  const auto path = folder_.path() / "model.safetensors";
   save_safetensors(path, tensors, metadata);
 
   const SafetensorsFile loaded = load_safetensors(path);
@@ -98,7 +90,7 @@ TEST_F(SafetensorsTest, RoundTripAllDtypesScalarsEmptiesAndMetadata) {
 
 TEST_F(SafetensorsTest, ViewsSaveOnlyTheirOwnElements) {
   const Tensor matrix = tensor_of<int32_t>({1, 2, 3, 4, 5, 6}, {3, 2}, DType::I32);
-  const auto path = directory_ / "view.safetensors";
+  const auto path = folder_.path() / "view.safetensors";
   save_safetensors(path, {{"middle_row", matrix.rows(1, 1)}, {"flat", matrix.view({6})}});
   const SafetensorsFile file = load_safetensors(path);
   const Tensor& row = file.get("middle_row");
@@ -109,21 +101,17 @@ TEST_F(SafetensorsTest, ViewsSaveOnlyTheirOwnElements) {
 }
 
 TEST_F(SafetensorsTest, MissingTensorSuggestsAName) {
-  const auto path = directory_ / "a.safetensors";
+  const auto path = folder_.path() / "a.safetensors";
   save_safetensors(path, {{"layers.0.weight", tensor_of<float>({1}, {1}, DType::F32)}});
-  try {
-    load_safetensors(path).get("layers.0.wieght");
-    FAIL();
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("did you mean 'layers.0.weight'"), std::string::npos) << error.what();
-  }
+  const std::string message = message_of([&] { load_safetensors(path).get("layers.0.wieght"); });
+  EXPECT_NE(message.find("did you mean 'layers.0.weight'"), std::string::npos) << message;
 }
 
 TEST_F(SafetensorsTest, SaveRejectsDuplicateAndReservedNames) {
   const Tensor t = tensor_of<float>({1}, {1}, DType::F32);
-  EXPECT_THROW(save_safetensors(directory_ / "d.safetensors", {{"x", t}, {"x", t}}), Error);
-  EXPECT_THROW(save_safetensors(directory_ / "m.safetensors", {{"__metadata__", t}}), Error);
-  EXPECT_FALSE(std::filesystem::exists(directory_ / "d.safetensors"));
+  EXPECT_THROW(save_safetensors(folder_.path() / "d.safetensors", {{"x", t}, {"x", t}}), Error);
+  EXPECT_THROW(save_safetensors(folder_.path() / "m.safetensors", {{"__metadata__", t}}), Error);
+  EXPECT_FALSE(std::filesystem::exists(folder_.path() / "d.safetensors"));
 }
 
 // Python's standard library stands in for an independent implementation of the format.
@@ -138,7 +126,7 @@ int run_python(const std::filesystem::path& script, const std::filesystem::path&
 
 TEST_F(SafetensorsTest, ReadsAFileWrittenByAnIndependentWriter) {
   if (!have_python()) GTEST_SKIP() << RETORT_PYTHON << " is not installed";
-  const auto script = directory_ / "writer.py";
+  const auto script = folder_.path() / "writer.py";
   std::ofstream(script) << R"PY(
 import json, struct, sys
 tensors = [
@@ -157,7 +145,7 @@ text += b" " * (-len(text) % 8)
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<Q", len(text)) + text + buffer)
 )PY";
-  const auto path = directory_ / "python.safetensors";
+  const auto path = folder_.path() / "python.safetensors";
   ASSERT_EQ(run_python(script, path), 0);
 
   const SafetensorsFile file = load_safetensors(path);
@@ -191,7 +179,7 @@ with open(sys.argv[1], "wb") as f:
 
 TEST_F(SafetensorsTest, AnIndependentReaderReadsOurFile) {
   if (!have_python()) GTEST_SKIP() << RETORT_PYTHON << " is not installed";
-  const auto path = directory_ / "ours.safetensors";
+  const auto path = folder_.path() / "ours.safetensors";
   save_safetensors(path,
                    {{"w", tensor_of<float>({0.5f, -1.0f, 2.0f}, {3}, DType::F32)},
                     {"h", tensor_of<uint16_t>({0x3f80, 0x4000}, {1, 2}, DType::BF16)},
@@ -199,7 +187,7 @@ TEST_F(SafetensorsTest, AnIndependentReaderReadsOurFile) {
                     {"x", tensor_of<double>({1.0 / 3.0}, {}, DType::F64)},
                     {"nothing", tensor_of<float>({}, {0}, DType::F32)}},
                    {{"step", "9"}});
-  const auto script = directory_ / "reader.py";
+  const auto script = folder_.path() / "reader.py";
   std::ofstream(script) << R"PY(
 import json, struct, sys
 data = open(sys.argv[1], "rb").read()
@@ -238,7 +226,7 @@ TEST_F(SafetensorsTest, CorruptFilesGiveErrorsNamingTheFile) {
   };
   std::vector<Case> cases;
   {
-    const auto path = directory_ / "tiny.safetensors";
+    const auto path = folder_.path() / "tiny.safetensors";
     write_file_atomic(path, std::string("abc"));
     cases.push_back({"shorter than 8 bytes", path, "shorter than the 8-byte header length"});
   }
@@ -299,7 +287,7 @@ TEST_F(SafetensorsTest, CorruptFilesGiveErrorsNamingTheFile) {
 }
 
 TEST_F(SafetensorsTest, MissingFileIsAnInputError) {
-  const auto path = directory_ / "absent.safetensors";
+  const auto path = folder_.path() / "absent.safetensors";
   EXPECT_NE(load_error(path).find("absent.safetensors"), std::string::npos);
 }
 

@@ -8,32 +8,30 @@
 
 #include "core/io/atomic_file.h"
 #include "core/util/error.h"
+#include "tests/test_support.h"
 
 namespace retort {
 namespace {
 
+using ::retort::testing::message_of;
+using ::retort::testing::TempFolder;
+
 class AtomicFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    directory_ = std::filesystem::temp_directory_path() /
-                 ("retort_atomic_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    std::filesystem::remove_all(directory_);
-    std::filesystem::create_directories(directory_);
-  }
+  // ReadOnlyDirectory takes away write permission; give it back so that folder_ can remove its contents.
   void TearDown() override {
-    std::filesystem::permissions(directory_, std::filesystem::perms::owner_all, std::filesystem::perm_options::add);
-    std::filesystem::remove_all(directory_);
+    std::filesystem::permissions(folder_.path(), std::filesystem::perms::owner_all, std::filesystem::perm_options::add);
   }
 
   size_t entries() const {
-    return static_cast<size_t>(std::distance(std::filesystem::directory_iterator(directory_), {}));
+    return static_cast<size_t>(std::distance(std::filesystem::directory_iterator(folder_.path()), {}));
   }
 
-  std::filesystem::path directory_;
+  TempFolder folder_;
 };
 
 TEST_F(AtomicFileTest, WritesAndReplaces) {
-  const auto path = directory_ / "state.json";
+  const auto path = folder_.path() / "state.json";
   write_file_atomic(path, std::string_view("old"));
   EXPECT_EQ(read_file(path), "old");
   write_text_atomic(path, "new content\n");
@@ -42,7 +40,7 @@ TEST_F(AtomicFileTest, WritesAndReplaces) {
 }
 
 TEST_F(AtomicFileTest, BinaryAndLargeStreamingWrites) {
-  const auto path = directory_ / "blob.bin";
+  const auto path = folder_.path() / "blob.bin";
   std::string binary(3 << 20, '\0');
   for (size_t i = 0; i < binary.size(); ++i) binary[i] = static_cast<char>(i * 7919 % 251);
   write_file_atomic(path, [&](std::ostream& out) {
@@ -58,7 +56,7 @@ TEST_F(AtomicFileTest, BinaryAndLargeStreamingWrites) {
 }
 
 TEST_F(AtomicFileTest, FailingProducerLeavesTheOldContentAndNoTemporary) {
-  const auto path = directory_ / "checkpoint.bin";
+  const auto path = folder_.path() / "checkpoint.bin";
   write_text_atomic(path, "old");
   EXPECT_THROW(write_file_atomic(path,
                                  [](std::ostream& out) {
@@ -71,57 +69,40 @@ TEST_F(AtomicFileTest, FailingProducerLeavesTheOldContentAndNoTemporary) {
 }
 
 TEST_F(AtomicFileTest, MissingDirectoryNamesThePathAndReason) {
-  const auto path = directory_ / "no" / "such" / "dir" / "file.txt";
-  try {
-    write_text_atomic(path, "x");
-    FAIL();
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find(path.string()), std::string::npos) << error.what();
-    EXPECT_NE(std::string(error.what()).find("No such file or directory"), std::string::npos) << error.what();
-  }
+  const auto path = folder_.path() / "no" / "such" / "dir" / "file.txt";
+  const std::string message = message_of<Error>([&] { write_text_atomic(path, "x"); });
+  EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("No such file or directory"), std::string::npos) << message;
   EXPECT_EQ(entries(), 0u);
 }
 
 TEST_F(AtomicFileTest, RenameFailureRemovesTheTemporary) {
   // A directory in the target's place makes the final rename fail after the data was written.
-  const auto path = directory_ / "occupied";
+  const auto path = folder_.path() / "occupied";
   std::filesystem::create_directories(path / "child");
-  try {
-    write_text_atomic(path, "data");
-    FAIL();
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find(path.string()), std::string::npos) << error.what();
-    EXPECT_NE(std::string(error.what()).find("renaming"), std::string::npos) << error.what();
-  }
+  const std::string message = message_of<Error>([&] { write_text_atomic(path, "data"); });
+  EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("renaming"), std::string::npos) << message;
   EXPECT_EQ(entries(), 1u);
   EXPECT_TRUE(std::filesystem::is_directory(path));
 }
 
 TEST_F(AtomicFileTest, ReadOnlyDirectory) {
-  const auto path = directory_ / "file.txt";
+  const auto path = folder_.path() / "file.txt";
   write_text_atomic(path, "old");
-  ::chmod(directory_.c_str(), 0555);
-  if (::access(directory_.c_str(), W_OK) == 0) GTEST_SKIP() << "running as root: permissions are not enforced";
+  ::chmod(folder_.path().c_str(), 0555);
+  if (::access(folder_.path().c_str(), W_OK) == 0) GTEST_SKIP() << "running as root: permissions are not enforced";
   EXPECT_THROW(write_text_atomic(path, "new"), Error);
   EXPECT_EQ(read_file(path), "old");
   EXPECT_EQ(entries(), 1u);
 }
 
 TEST_F(AtomicFileTest, ReadErrorsAreClear) {
-  try {
-    read_file(directory_ / "absent.txt");
-    FAIL();
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("absent.txt': the file does not exist"), std::string::npos);
-  }
-  try {
-    read_file(directory_);
-    FAIL();
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("is a directory"), std::string::npos);
-  }
-  write_text_atomic(directory_ / "empty", "");
-  EXPECT_EQ(read_file(directory_ / "empty"), "");
+  EXPECT_NE(message_of([&] { read_file(folder_.path() / "absent.txt"); }).find("absent.txt': the file does not exist"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { read_file(folder_.path()); }).find("is a directory"), std::string::npos);
+  write_text_atomic(folder_.path() / "empty", "");
+  EXPECT_EQ(read_file(folder_.path() / "empty"), "");
 }
 
 }  // namespace

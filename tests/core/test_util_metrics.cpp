@@ -7,9 +7,12 @@
 #include "core/io/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/metrics_writer.h"
+#include "tests/test_support.h"
 
 namespace retort {
 namespace {
+
+using ::retort::testing::TempFolder;
 
 std::vector<nlohmann::json> records_in(const std::filesystem::path& path) {
   std::vector<nlohmann::json> records;
@@ -20,14 +23,8 @@ std::vector<nlohmann::json> records_in(const std::filesystem::path& path) {
 
 class MetricsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    path_ =
-        std::filesystem::temp_directory_path() /
-        ("retort_metrics_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".jsonl");
-    std::filesystem::remove(path_);
-  }
-  void TearDown() override { std::filesystem::remove(path_); }
-  std::filesystem::path path_;
+  TempFolder folder_;
+  const std::filesystem::path path_ = folder_.path() / "metrics.jsonl";
 };
 
 TEST_F(MetricsTest, AppendsOneObjectPerLineImmediately) {

@@ -25,6 +25,15 @@ std::shared_ptr<spdlog::logger> logger_into(std::ostringstream& out) {
   return logger;
 }
 
+// Line mode writing into `out` on `clock`'s time: what every ProgressLines test starts from.
+ProgressOptions line_options(std::ostringstream& out, FakeClock& clock) {
+  ProgressOptions options;
+  options.mode = ProgressMode::Lines;
+  options.logger = logger_into(out);
+  options.clock = clock.function();
+  return options;
+}
+
 size_t count(const std::string& text, const std::string& needle) {
   size_t n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
@@ -51,13 +60,10 @@ std::vector<std::string> visible_pieces(std::string text) {
 TEST(ProgressLines, LogsEveryNStepsWithAllFields) {
   std::ostringstream out;
   FakeClock clock;
-  ProgressOptions options;
+  ProgressOptions options = line_options(out, clock);
   options.label = "train";
   options.total_steps = 100;
   options.log_every = 10;
-  options.mode = ProgressMode::Lines;
-  options.logger = logger_into(out);
-  options.clock = clock.function();
   ProgressReporter progress(options);
   EXPECT_FALSE(progress.terminal());
   for (int step = 1; step <= 100; ++step) {
@@ -84,13 +90,10 @@ TEST(ProgressLines, LogsEveryNStepsWithAllFields) {
 TEST(ProgressLines, ResumedRunCountsFromItsStartStep) {
   std::ostringstream out;
   FakeClock clock;
-  ProgressOptions options;
+  ProgressOptions options = line_options(out, clock);
   options.total_steps = 100;
   options.start_step = 60;
   options.log_every = 20;
-  options.mode = ProgressMode::Lines;
-  options.logger = logger_into(out);
-  options.clock = clock.function();
   ProgressReporter progress(options);
   for (int step = 61; step <= 80; ++step) {
     clock.seconds += 1.0;
@@ -106,11 +109,8 @@ TEST(ProgressLines, ResumedRunCountsFromItsStartStep) {
 TEST(ProgressLines, UnknownTotalHasNoEta) {
   std::ostringstream out;
   FakeClock clock;
-  ProgressOptions options;
-  options.mode = ProgressMode::Lines;
+  ProgressOptions options = line_options(out, clock);
   options.log_every = 1;
-  options.logger = logger_into(out);
-  options.clock = clock.function();
   ProgressReporter progress(options);
   clock.seconds += 2;
   progress.update({.step = 1, .tokens = 512});

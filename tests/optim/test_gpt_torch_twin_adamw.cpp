@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 
 #include "core/autograd/grad_mode.h"
 #include "core/ops/ops.h"
@@ -36,46 +35,15 @@ std::vector<TwinCase> adamw_cases() {
   return {plain, clipped};
 }
 
-class GptTorchTwinAdamW : public testing::TestWithParam<TwinCase> {
- protected:
-  static void SetUpTestSuite() {
-    if (!python_has_torch()) return;
-    try {
-      refs_ = new std::vector<SafetensorsFile>(run_twins(adamw_cases(), scratch_dir("adamw")));
-    } catch (const std::exception& e) {
-      error_ = new std::string(e.what());
-    }
-  }
-  static void TearDownTestSuite() {
-    std::error_code ignored;
-    std::filesystem::remove_all(scratch_dir("adamw"), ignored);
-    delete refs_;
-    delete error_;
-    refs_ = nullptr;
-    error_ = nullptr;
-  }
-
-  const SafetensorsFile* reference() const {
-    const auto cases = adamw_cases();
-    for (size_t i = 0; i < cases.size(); ++i)
-      if (cases[i].name == GetParam().name) return &(*refs_)[i];
-    return nullptr;
-  }
-
-  static std::vector<SafetensorsFile>* refs_;
-  static std::string* error_;
+class GptTorchTwinAdamW : public TwinSuite<GptTorchTwinAdamW> {
+ public:
+  static std::vector<TwinCase> cases() { return adamw_cases(); }
+  static constexpr const char* kScratch = "adamw";
 };
 
-std::vector<SafetensorsFile>* GptTorchTwinAdamW::refs_ = nullptr;
-std::string* GptTorchTwinAdamW::error_ = nullptr;
-
 TEST_P(GptTorchTwinAdamW, LossesAndFinalWeightsMatchTorchAdamW) {
-  if (!python_has_torch())
-    GTEST_SKIP() << RETORT_PYTHON " cannot import torch: install Debian's python3-torch to run the PyTorch twin";
-  ASSERT_TRUE(error_ == nullptr) << *error_;
   const TwinCase& c = GetParam();
-  const SafetensorsFile* ref = reference();
-  ASSERT_NE(ref, nullptr);
+  const SafetensorsFile& ref = reference();
 
   auto model = make_model(c);
   auto [ids, targets] = make_batch(c);
@@ -98,7 +66,7 @@ TEST_P(GptTorchTwinAdamW, LossesAndFinalWeightsMatchTorchAdamW) {
     losses.push_back(ops::cross_entropy(model->forward(ids), targets).item());
   }
 
-  const std::vector<double> expected = ref->get("adamw_losses").to_doubles();
+  const std::vector<double> expected = ref.get("adamw_losses").to_doubles();
   ASSERT_EQ(losses.size(), expected.size());
   double worst_loss = 0;
   for (size_t i = 0; i < losses.size(); ++i) {
@@ -117,8 +85,8 @@ TEST_P(GptTorchTwinAdamW, LossesAndFinalWeightsMatchTorchAdamW) {
   std::string worst_name;
   double worst_err = 0, key_bias_drift = 0;
   for (const auto& [name, p] : model->named_parameters()) {
-    ASSERT_TRUE(ref->contains("final." + name)) << "the reference has no final." << name;
-    std::vector<double> ours = p.to_doubles(), torch_final = ref->get("final." + name).to_doubles();
+    ASSERT_TRUE(ref.contains("final." + name)) << "the reference has no final." << name;
+    std::vector<double> ours = p.to_doubles(), torch_final = ref.get("final." + name).to_doubles();
     ASSERT_EQ(ours.size(), torch_final.size()) << name;
     if (name.ends_with("attn.qkv.bias")) {
       const auto C = static_cast<std::ptrdiff_t>(ours.size() / 3);

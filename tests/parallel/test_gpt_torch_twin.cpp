@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -37,47 +36,15 @@ std::vector<TwinCase> model_cases() {
   };
 }
 
-class GptTorchTwin : public testing::TestWithParam<TwinCase> {
- protected:
-  // One script run for every case, because importing torch dominates the cost.
-  static void SetUpTestSuite() {
-    if (!python_has_torch()) return;
-    try {
-      refs_ = new std::vector<SafetensorsFile>(run_twins(model_cases(), scratch_dir("model")));
-    } catch (const std::exception& e) {
-      error_ = new std::string(e.what());
-    }
-  }
-  static void TearDownTestSuite() {
-    std::error_code ignored;
-    std::filesystem::remove_all(scratch_dir("model"), ignored);
-    delete refs_;
-    delete error_;
-    refs_ = nullptr;
-    error_ = nullptr;
-  }
-
-  const SafetensorsFile* reference() const {
-    const auto cases = model_cases();
-    for (size_t i = 0; i < cases.size(); ++i)
-      if (cases[i].name == GetParam().name) return &(*refs_)[i];
-    return nullptr;
-  }
-
-  static std::vector<SafetensorsFile>* refs_;
-  static std::string* error_;
+class GptTorchTwin : public TwinSuite<GptTorchTwin> {
+ public:
+  static std::vector<TwinCase> cases() { return model_cases(); }
+  static constexpr const char* kScratch = "model";
 };
 
-std::vector<SafetensorsFile>* GptTorchTwin::refs_ = nullptr;
-std::string* GptTorchTwin::error_ = nullptr;
-
 TEST_P(GptTorchTwin, LogitsLossAndGradientsMatchFloat64Torch) {
-  if (!python_has_torch())
-    GTEST_SKIP() << RETORT_PYTHON " cannot import torch: install Debian's python3-torch to run the PyTorch twin";
-  ASSERT_TRUE(error_ == nullptr) << *error_;
   const TwinCase& c = GetParam();
-  const SafetensorsFile* ref = reference();
-  ASSERT_NE(ref, nullptr);
+  const SafetensorsFile& ref = reference();
 
   auto model = make_model(c);
   auto [ids, targets] = make_batch(c);
@@ -85,21 +52,21 @@ TEST_P(GptTorchTwin, LogitsLossAndGradientsMatchFloat64Torch) {
   Tensor loss = ops::cross_entropy(logits, targets);
   loss.backward();
 
-  ASSERT_EQ(logits.shape(), ref->get("logits").shape());
-  const double logits_err = rel_max_abs_diff(logits.to_doubles(), ref->get("logits").to_doubles());
+  ASSERT_EQ(logits.shape(), ref.get("logits").shape());
+  const double logits_err = rel_max_abs_diff(logits.to_doubles(), ref.get("logits").to_doubles());
   EXPECT_LT(logits_err, 1e-5) << "logits: max |diff| / max |torch|";
 
-  const double torch_loss = ref->get("loss").to_doubles().at(0);
+  const double torch_loss = ref.get("loss").to_doubles().at(0);
   const double loss_err = std::abs(loss.item() - torch_loss) / std::abs(torch_loss);
   EXPECT_LT(loss_err, 1e-5) << "loss " << loss.item() << " vs torch " << torch_loss;
 
   // Every parameter the model has, and no gradient in the reference the model lacks (a tied head must
   // not surface as a separate lm_head).
   size_t ref_grads = 0;
-  for (const auto& [name, t] : ref->tensors) ref_grads += name.starts_with("grad.");
+  for (const auto& [name, t] : ref.tensors) ref_grads += name.starts_with("grad.");
   EXPECT_EQ(ref_grads, model->named_parameters().size());
   const auto [worst_name, worst_err] = worst_param_error(
-      *model, *ref, "grad.", [](const Tensor& p) { return p.grad(); }, 1e-4);
+      *model, ref, "grad.", [](const Tensor& p) { return p.grad(); }, 1e-4);
 
   std::printf("[torch twin] %-30s logits %.2e  loss %.2e (%.6f)  worst grad %.2e (%s)\n", c.name.c_str(), logits_err,
               loss_err, torch_loss, worst_err, worst_name.c_str());

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -167,6 +168,51 @@ inline std::vector<SafetensorsFile> run_twins(const std::vector<TwinCase>& cases
 inline std::filesystem::path scratch_dir(const std::string& suite) {
   return std::filesystem::temp_directory_path() / ("retort_torch_twin_" + suite + "_" + std::to_string(::getpid()));
 }
+
+// The fixture of a twin suite, one test per TwinCase. Suite (the derived fixture, CRTP) provides
+//   static std::vector<TwinCase> cases();       the cases, the same list INSTANTIATE_TEST_SUITE_P takes
+//   static constexpr const char* kScratch;      its scratch_dir() name
+// The script runs once for the whole suite, because importing torch costs more than all the twins. Each test
+// starts with reference() already found: SetUp skips the test when torch is missing and fails it when the
+// script failed, so a test body only compares.
+template <typename Suite>
+class TwinSuite : public testing::TestWithParam<TwinCase> {
+ protected:
+  static void SetUpTestSuite() {
+    if (!python_has_torch()) return;
+    try {
+      refs_ = new std::vector<SafetensorsFile>(run_twins(Suite::cases(), scratch_dir(Suite::kScratch)));
+    } catch (const std::exception& e) {
+      error_ = new std::string(e.what());
+    }
+  }
+  static void TearDownTestSuite() {
+    std::error_code ignored;
+    std::filesystem::remove_all(scratch_dir(Suite::kScratch), ignored);
+    delete refs_;
+    delete error_;
+    refs_ = nullptr;
+    error_ = nullptr;
+  }
+
+  void SetUp() override {
+    if (!python_has_torch())
+      GTEST_SKIP() << RETORT_PYTHON " cannot import torch: install Debian's python3-torch to run the PyTorch twin";
+    ASSERT_TRUE(error_ == nullptr) << *error_;
+    const auto cases = Suite::cases();
+    for (size_t i = 0; i < cases.size(); ++i)
+      if (cases[i].name == GetParam().name) reference_ = &(*refs_)[i];
+    ASSERT_NE(reference_, nullptr) << "no reference for case " << GetParam().name;
+  }
+
+  // torch's outputs for the running case.
+  const SafetensorsFile& reference() const { return *reference_; }
+
+ private:
+  static inline std::vector<SafetensorsFile>* refs_ = nullptr;
+  static inline std::string* error_ = nullptr;
+  const SafetensorsFile* reference_ = nullptr;
+};
 
 inline double max_abs(const std::vector<double>& v) {
   double m = 0;

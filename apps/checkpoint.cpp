@@ -16,7 +16,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path checkpoints_root(const fs::path& run_dir) { return run_dir / "checkpoints"; }
+fs::path checkpoints_root(const fs::path& run_dir) {
+  return run_dir / "checkpoints";
+}
 
 std::vector<fs::path> complete_checkpoints(const fs::path& root) {
   std::vector<fs::path> dirs;
@@ -67,8 +69,9 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
   std::string name = read_file(pointer);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   const fs::path dir = checkpoints_root(run_dir) / name;
-  RETORT_INPUT_CHECK(fs::is_directory(dir), "{} names checkpoint '{}', which does not exist: remove the file to "
-                                            "start over, or restore the folder",
+  RETORT_INPUT_CHECK(fs::is_directory(dir),
+                     "{} names checkpoint '{}', which does not exist: remove the file to "
+                     "start over, or restore the folder",
                      pointer.string(), name);
   return dir;
 }
@@ -82,8 +85,8 @@ nlohmann::json load_checkpoint(const fs::path& dir, nn::Module& model, optim::Op
   try {
     return nlohmann::json::parse(read_file(dir / "trainer.json"));
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}/trainer.json is not valid JSON ({}): the checkpoint is corrupt", dir.string(),
-                                 e.what()));
+    throw InputError(
+        fmt::format("{}/trainer.json is not valid JSON ({}): the checkpoint is corrupt", dir.string(), e.what()));
   }
 }
 

@@ -4,9 +4,8 @@
 // into place, then <run>/checkpoints/latest is replaced atomically, so a crash at any moment leaves the
 // previous checkpoint intact and `latest` always names a complete one.
 #include <filesystem>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/nn/module.h"
 #include "optim/optimizer.h"

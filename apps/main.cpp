@@ -1,7 +1,7 @@
 // The `retort` command: subcommands for training and (later) distillation, generation and benchmarks.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "apps/train_command.h"

@@ -96,9 +96,9 @@ TrainResult run_training(const ResolvedConfig& config, Device device, bool resum
   const int ignore_index = static_cast<int>(config.get_int("loss.ignore_index"));
   data::TokenLoader train_loader(dataset.train_shards, dataset.vocab_size,
                                  {batch_size, seq_len, data::LoaderMode::kTrain, seed, 0, 1, 0});
-  data::TokenLoader val_loader(dataset.val_shards, dataset.vocab_size,
-                               {batch_size, seq_len, data::LoaderMode::kEval, seed, 0, 1,
-                                config.get_int("train.eval_batches")});
+  data::TokenLoader val_loader(
+      dataset.val_shards, dataset.vocab_size,
+      {batch_size, seq_len, data::LoaderMode::kEval, seed, 0, 1, config.get_int("train.eval_batches")});
 
   int64_t step = 0;
   if (resume) {
@@ -171,8 +171,8 @@ TrainResult run_training(const ResolvedConfig& config, Device device, bool resum
       record["eval_loss"] = eval_loss;
       record["eval_ppl"] = std::exp(eval_loss);
       result.final_eval_loss = eval_loss;
-      progress.log(fmt::format("step {}: validation loss {:.4f}, perplexity {:.1f}", step, eval_loss,
-                               std::exp(eval_loss)));
+      progress.log(
+          fmt::format("step {}: validation loss {:.4f}, perplexity {:.1f}", step, eval_loss, std::exp(eval_loss)));
     }
     metrics.write(step, record);
     progress.update({step, step_loss, lr, tokens_per_step, {{"gnorm", grad_norm}}});

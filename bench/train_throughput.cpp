@@ -65,10 +65,16 @@ int main(int argc, char** argv) {
     if (i >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   const double tokens_per_s = static_cast<double>(batch * config.block_size * steps) / seconds;
-  nlohmann::json out{{"framework", "retort"},      {"label", label},         {"device", device.str()},
-                     {"dtype", dtype_name_arg},    {"batch", batch},         {"seq", config.block_size},
-                     {"params", model.parameter_count()}, {"tokens_per_s", tokens_per_s},
-                     {"ms_per_step", 1000.0 * seconds / steps}, {"final_loss", loss_value}};
+  nlohmann::json out{{"framework", "retort"},
+                     {"label", label},
+                     {"device", device.str()},
+                     {"dtype", dtype_name_arg},
+                     {"batch", batch},
+                     {"seq", config.block_size},
+                     {"params", model.parameter_count()},
+                     {"tokens_per_s", tokens_per_s},
+                     {"ms_per_step", 1000.0 * seconds / steps},
+                     {"final_loss", loss_value}};
   std::cout << out.dump() << std::endl;
   return 0;
 }

@@ -8,8 +8,8 @@ namespace retort::optim {
 // The L2 norm of all gradients together (parameters without a gradient count as zero).
 double global_grad_norm(const std::vector<Tensor>& params);
 
-// Scales every gradient by max_norm / (norm + 1e-6) (PyTorch's factor) when the global norm exceeds max_norm; returns the norm
-// before clipping (logged by the trainer). max_norm <= 0 disables clipping.
+// Scales every gradient by max_norm / (norm + 1e-6) (PyTorch's factor) when the global norm exceeds max_norm; returns
+// the norm before clipping (logged by the trainer). max_norm <= 0 disables clipping.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace retort::optim

@@ -42,9 +42,8 @@ GptModel::GptModel(const GptConfig& config) : config_(config) {
   wpe_ = register_module("wpe", std::make_shared<nn::Embedding>(config_.block_size, config_.n_embd));
   for (int64_t i = 0; i < config_.n_layer; ++i)
     blocks_.push_back(register_module("blocks." + std::to_string(i), std::make_shared<GptBlock>(config_)));
-  ln_f_ = register_module(
-      "ln_f", std::make_shared<nn::Norm>(config_.n_embd, nn::norm_kind_from_name(config_.norm), config_.bias,
-                                         config_.norm_eps));
+  ln_f_ = register_module("ln_f", std::make_shared<nn::Norm>(config_.n_embd, nn::norm_kind_from_name(config_.norm),
+                                                             config_.bias, config_.norm_eps));
   if (!config_.tie_weights)
     lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(config_.n_embd, config_.vocab_size, false));
 }

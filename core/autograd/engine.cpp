@@ -12,8 +12,12 @@ namespace {
 thread_local bool tls_grad_enabled = true;
 }
 
-bool grad_enabled() { return tls_grad_enabled; }
-void set_grad_enabled(bool enabled) { tls_grad_enabled = enabled; }
+bool grad_enabled() {
+  return tls_grad_enabled;
+}
+void set_grad_enabled(bool enabled) {
+  tls_grad_enabled = enabled;
+}
 
 namespace autograd {
 
@@ -74,7 +78,7 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
   RETORT_CHECK(root.requires_grad(), "backward() on a tensor that does not require a gradient ({})", root.describe());
   RETORT_CHECK(grad_output.shape() == root.shape(), "gradient {} does not match output {}", grad_output.describe(),
                root.describe());
-  NoGradGuard no_grad;  // backward closures compute plain tensors; no higher-order tape
+  NoGradGuard no_grad;                              // backward closures compute plain tensors; no higher-order tape
   std::unordered_map<TensorImpl*, Tensor> pending;  // gradients of non-leaf tensors not yet propagated
   pending[root.impl()] = grad_output;
 

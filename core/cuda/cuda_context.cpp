@@ -63,10 +63,18 @@ int current_device() {
   return device;
 }
 
-cudaStream_t compute_stream(int device) { return context(device).stream; }
-cudaStream_t current_stream() { return compute_stream(current_device()); }
-cublasHandle_t cublas_handle() { return context(current_device()).cublas; }
-cublasLtHandle_t cublaslt_handle() { return context(current_device()).cublaslt; }
+cudaStream_t compute_stream(int device) {
+  return context(device).stream;
+}
+cudaStream_t current_stream() {
+  return compute_stream(current_device());
+}
+cublasHandle_t cublas_handle() {
+  return context(current_device()).cublas;
+}
+cublasLtHandle_t cublaslt_handle() {
+  return context(current_device()).cublaslt;
+}
 void* cublas_workspace(size_t* nbytes) {
   *nbytes = kCublasWorkspaceBytes;
   return context(current_device()).workspace;

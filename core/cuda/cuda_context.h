@@ -17,7 +17,7 @@ namespace retort::cuda {
 cudaStream_t compute_stream(int device);
 cudaStream_t current_stream();  // compute stream of the current device
 int current_device();
-cublasHandle_t cublas_handle();      // bound to the current device's compute stream
+cublasHandle_t cublas_handle();  // bound to the current device's compute stream
 cublasLtHandle_t cublaslt_handle();
 void* cublas_workspace(size_t* nbytes);  // per-device workspace for cuBLASLt
 
@@ -71,18 +71,18 @@ class ScratchBuffer {
 
 }  // namespace retort::cuda
 
-#define RETORT_CUDA_CHECK(call)                                                        \
-  do {                                                                                 \
-    cudaError_t retort_status_ = (call);                                               \
-    if (retort_status_ != cudaSuccess) [[unlikely]]                                    \
-      ::retort::cuda::throw_cuda_error(retort_status_, #call, __FILE__, __LINE__);     \
+#define RETORT_CUDA_CHECK(call)                                                    \
+  do {                                                                             \
+    cudaError_t retort_status_ = (call);                                           \
+    if (retort_status_ != cudaSuccess) [[unlikely]]                                \
+      ::retort::cuda::throw_cuda_error(retort_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define RETORT_CUBLAS_CHECK(call)                                                      \
-  do {                                                                                 \
-    cublasStatus_t retort_status_ = (call);                                            \
-    if (retort_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                          \
-      ::retort::cuda::throw_cublas_error(retort_status_, #call, __FILE__, __LINE__);   \
+#define RETORT_CUBLAS_CHECK(call)                                                    \
+  do {                                                                               \
+    cublasStatus_t retort_status_ = (call);                                          \
+    if (retort_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                        \
+      ::retort::cuda::throw_cublas_error(retort_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // After every kernel launch: launch-configuration errors surface at the call site.

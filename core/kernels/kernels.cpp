@@ -9,19 +9,19 @@ namespace retort::kernels {
 namespace {
 
 #ifdef RETORT_WITH_CUDA
-#define RETORT_DISPATCH(device, fn, ...)          \
-  do {                                            \
-    if ((device).is_cuda()) {                     \
-      ::retort::kernels::cuda::fn(__VA_ARGS__);   \
-    } else {                                      \
-      ::retort::kernels::cpu::fn(__VA_ARGS__);    \
-    }                                             \
+#define RETORT_DISPATCH(device, fn, ...)        \
+  do {                                          \
+    if ((device).is_cuda()) {                   \
+      ::retort::kernels::cuda::fn(__VA_ARGS__); \
+    } else {                                    \
+      ::retort::kernels::cpu::fn(__VA_ARGS__);  \
+    }                                           \
   } while (0)
 #else
-#define RETORT_DISPATCH(device, fn, ...)                                                             \
-  do {                                                                                               \
+#define RETORT_DISPATCH(device, fn, ...)                                                              \
+  do {                                                                                                \
     RETORT_CHECK(!(device).is_cuda(), "{}: this build has no CUDA backend (rebuild with nvcc)", #fn); \
-    ::retort::kernels::cpu::fn(__VA_ARGS__);                                                         \
+    ::retort::kernels::cpu::fn(__VA_ARGS__);                                                          \
   } while (0)
 #endif
 
@@ -33,8 +33,8 @@ void same_device(std::initializer_list<const Tensor*> tensors, const char* op) {
       first = t;
       continue;
     }
-    RETORT_CHECK(t->device() == first->device(), "{}: tensors on different devices ({} and {})", op,
-                 first->describe(), t->describe());
+    RETORT_CHECK(t->device() == first->device(), "{}: tensors on different devices ({} and {})", op, first->describe(),
+                 t->describe());
   }
 }
 
@@ -54,7 +54,9 @@ void row_stats(const Tensor& stat, const Tensor& x, const char* op) {
 
 }  // namespace
 
-void fill(Tensor& x, double value) { RETORT_DISPATCH(x.device(), fill, x, value); }
+void fill(Tensor& x, double value) {
+  RETORT_DISPATCH(x.device(), fill, x, value);
+}
 
 void cast(const Tensor& x, Tensor& out) {
   same_device({&x, &out}, "cast");
@@ -140,8 +142,9 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_
                c.describe());
   RETORT_CHECK(b.ndim() == 2 || b.numel() == batch * k * n, "gemm: batch of {} does not match {}", b.describe(),
                c.describe());
-  RETORT_CHECK(a.dtype() == b.dtype() && (c.dtype() == a.dtype() || (a.dtype() == DType::BF16 && c.dtype() == DType::F32)),
-               "gemm: dtypes {} x {} -> {} not supported", a.describe(), b.describe(), c.describe());
+  RETORT_CHECK(
+      a.dtype() == b.dtype() && (c.dtype() == a.dtype() || (a.dtype() == DType::BF16 && c.dtype() == DType::F32)),
+      "gemm: dtypes {} x {} -> {} not supported", a.describe(), b.describe(), c.describe());
   floating(c, "gemm");
   RETORT_DISPATCH(c.device(), gemm, a, b, c, trans_a, trans_b, alpha, beta);
 }
@@ -168,8 +171,8 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
 void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, Tensor& y, Tensor& rstd) {
   same_device({&x, &weight, &y, &rstd}, "rms_norm");
   same_shape(x, y, "rms_norm");
-  RETORT_CHECK(weight.numel() == x.size(-1), "rms_norm: weight {} does not match the last dim of {}",
-               weight.describe(), x.describe());
+  RETORT_CHECK(weight.numel() == x.size(-1), "rms_norm: weight {} does not match the last dim of {}", weight.describe(),
+               x.describe());
   row_stats(rstd, x, "rms_norm");
   RETORT_DISPATCH(x.device(), rms_norm_forward, x, weight, eps, y, rstd);
 }
@@ -217,8 +220,8 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& pro
 
 void embedding_forward(const Tensor& table, const Tensor& ids, Tensor& out) {
   same_device({&table, &ids, &out}, "embedding");
-  RETORT_CHECK(table.ndim() == 2 && ids.dtype() == DType::I32, "embedding: table {} / ids {} invalid",
-               table.describe(), ids.describe());
+  RETORT_CHECK(table.ndim() == 2 && ids.dtype() == DType::I32, "embedding: table {} / ids {} invalid", table.describe(),
+               ids.describe());
   RETORT_CHECK(out.numel() == ids.numel() * table.size(1) && out.dtype() == table.dtype(),
                "embedding: out {} does not fit {} ids of width {}", out.describe(), ids.numel(), table.size(1));
   RETORT_DISPATCH(table.device(), embedding_forward, table, ids, out);

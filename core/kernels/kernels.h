@@ -37,8 +37,8 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_
 
 // ---- normalisation and softmax over the last dimension --------------------------------------------------
 // mean and rstd: f32 [rows]. bias may be undefined.
-void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
-                        Tensor& mean, Tensor& rstd);
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y, Tensor& mean,
+                        Tensor& rstd);
 // dx is written; dweight and dbias (when defined) are accumulated into.
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias);

@@ -15,7 +15,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias) {
 }
 
 Tensor Linear::forward(const Tensor& x, DType compute_dtype) const {
-  return ops::linear(to_compute(x, compute_dtype), to_compute(weight_, compute_dtype), to_compute(bias_, compute_dtype));
+  return ops::linear(to_compute(x, compute_dtype), to_compute(weight_, compute_dtype),
+                     to_compute(bias_, compute_dtype));
 }
 
 NormKind norm_kind_from_name(const std::string& name) {
@@ -38,6 +39,8 @@ Embedding::Embedding(int64_t rows, int64_t features) {
   weight_ = register_parameter("weight", Tensor::zeros({rows, features}));
 }
 
-Tensor Embedding::forward(const Tensor& ids) const { return ops::embedding(weight_, ids); }
+Tensor Embedding::forward(const Tensor& ids) const {
+  return ops::embedding(weight_, ids);
+}
 
 }  // namespace retort::nn

@@ -10,33 +10,39 @@ namespace retort::ops {
 
 namespace {
 
-Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
-Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.shape(), t.dtype(), t.device()); }
+Tensor empty_like(const Tensor& t) {
+  return Tensor::empty(t.shape(), t.dtype(), t.device());
+}
+Tensor zeros_like(const Tensor& t) {
+  return Tensor::zeros(t.shape(), t.dtype(), t.device());
+}
 // Per-row statistics are kept in f32, or f64 when the op runs in f64 (reference checks).
-DType stat_dtype(const Tensor& t) { return t.dtype() == DType::F64 ? DType::F64 : DType::F32; }
+DType stat_dtype(const Tensor& t) {
+  return t.dtype() == DType::F64 ? DType::F64 : DType::F32;
+}
 Tensor row_stat(const Tensor& x) {
   const int64_t rows = x.size(-1) == 0 ? 0 : x.numel() / x.size(-1);
   return Tensor::empty({rows}, stat_dtype(x), x.device());
 }
-Tensor scalar_result(const Tensor& x) { return Tensor::empty({}, stat_dtype(x), x.device()); }
+Tensor scalar_result(const Tensor& x) {
+  return Tensor::empty({}, stat_dtype(x), x.device());
+}
 
 }  // namespace
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
   Tensor out = x.view(shape);
   const Shape original = x.shape();
-  return autograd::record(out, "reshape", {x}, [original](const Tensor& g) {
-    return std::vector<Tensor>{g.view(original)};
-  });
+  return autograd::record(out, "reshape", {x},
+                          [original](const Tensor& g) { return std::vector<Tensor>{g.view(original)}; });
 }
 
 Tensor cast(const Tensor& x, DType dtype) {
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
   kernels::cast(x, out);
   const DType original = x.dtype();
-  return autograd::record(out, "cast", {x}, [original](const Tensor& g) {
-    return std::vector<Tensor>{g.to(original)};
-  });
+  return autograd::record(out, "cast", {x},
+                          [original](const Tensor& g) { return std::vector<Tensor>{g.to(original)}; });
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
@@ -115,7 +121,9 @@ Tensor sum(const Tensor& x) {
   });
 }
 
-Tensor mean(const Tensor& x) { return scale(sum(x), 1.0 / std::max<int64_t>(x.numel(), 1)); }
+Tensor mean(const Tensor& x) {
+  return scale(sum(x), 1.0 / std::max<int64_t>(x.numel(), 1));
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   RETORT_CHECK(a.ndim() >= 2 && b.ndim() >= 2, "matmul: operands must be at least 2-D ({}, {})", a.describe(),
@@ -136,8 +144,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
         // A shared across the batch: its gradient sums over the batch, i.e. one GEMM over stacked rows.
         Tensor g2 = g.view({-1, g.size(-1)});
         RETORT_CHECK(b.ndim() == 2, "matmul: batched gradient with a shared left operand needs a 2-D right operand");
-        if (!trans_a) kernels::gemm(g2, b, ga, false, !trans_b, 1.0f, 0.0f);
-        else kernels::gemm(b, g2, ga, trans_b, true, 1.0f, 0.0f);
+        if (!trans_a)
+          kernels::gemm(g2, b, ga, false, !trans_b, 1.0f, 0.0f);
+        else
+          kernels::gemm(b, g2, ga, trans_b, true, 1.0f, 0.0f);
       } else if (!trans_a) {
         kernels::gemm(g, b, ga, false, !trans_b, 1.0f, 0.0f);
       } else {
@@ -151,8 +161,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
         Tensor g2 = g.view({-1, g.size(-1)});
         RETORT_CHECK(!trans_a, "matmul: a shared right operand needs a non-transposed left operand");
         Tensor a2 = a.view({-1, a.size(-1)});
-        if (!trans_b) kernels::gemm(a2, g2, gb, true, false, 1.0f, 0.0f);
-        else kernels::gemm(g2, a2, gb, true, false, 1.0f, 0.0f);
+        if (!trans_b)
+          kernels::gemm(a2, g2, gb, true, false, 1.0f, 0.0f);
+        else
+          kernels::gemm(g2, a2, gb, true, false, 1.0f, 0.0f);
       } else if (!trans_b) {
         kernels::gemm(a, g, gb, !trans_a, false, 1.0f, 0.0f);
       } else {

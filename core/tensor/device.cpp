@@ -6,7 +6,9 @@
 
 namespace retort {
 
-std::string Device::str() const { return is_cpu() ? "cpu" : fmt::format("cuda:{}", index); }
+std::string Device::str() const {
+  return is_cpu() ? "cpu" : fmt::format("cuda:{}", index);
+}
 
 Device Device::parse(std::string_view text) {
   if (text == "cpu") return cpu();

@@ -26,7 +26,9 @@ class DeviceGuard {
 };
 }  // namespace
 
-bool cuda_available() { return cuda_device_count() > 0; }
+bool cuda_available() {
+  return cuda_device_count() > 0;
+}
 int cuda_device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -36,8 +38,12 @@ int cuda_device_count() {
   return count;
 }
 #else
-bool cuda_available() { return false; }
-int cuda_device_count() { return 0; }
+bool cuda_available() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
 #endif
 
 namespace device_runtime {

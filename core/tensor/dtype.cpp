@@ -6,10 +6,14 @@ namespace retort {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32";
-    case DType::BF16: return "bf16";
-    case DType::I32: return "i32";
-    case DType::F64: return "f64";
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
+    case DType::I32:
+      return "i32";
+    case DType::F64:
+      return "f64";
   }
   return "?";
 }

@@ -11,15 +11,21 @@ enum class DType : uint8_t { F32, BF16, I32, F64 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::BF16: return 2;
-    case DType::I32: return 4;
-    case DType::F64: return 8;
+    case DType::F32:
+      return 4;
+    case DType::BF16:
+      return 2;
+    case DType::I32:
+      return 4;
+    case DType::F64:
+      return 8;
   }
   return 0;
 }
 
-constexpr bool is_floating(DType t) { return t != DType::I32; }
+constexpr bool is_floating(DType t) {
+  return t != DType::I32;
+}
 
 std::string_view dtype_name(DType t);
 DType dtype_from_name(std::string_view name);  // "f32" | "float32" | "bf16" | "bfloat16" | "i32" | "f64"

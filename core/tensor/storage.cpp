@@ -8,7 +8,9 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   data_ = device_runtime::allocate(nbytes, device);
 }
 
-Storage::~Storage() { device_runtime::release(data_, device_); }
+Storage::~Storage() {
+  device_runtime::release(data_, device_);
+}
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
   device_runtime::copy(dst, dst_device, src, src_device, nbytes);

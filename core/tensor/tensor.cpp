@@ -9,7 +9,9 @@
 
 namespace retort {
 
-std::string shape_str(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string shape_str(const Shape& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
@@ -36,12 +38,18 @@ std::vector<std::byte> host_bytes_from(const double* values, int64_t n, DType dt
   std::vector<std::byte> bytes(static_cast<size_t>(n) * dtype_size(dtype));
   for (int64_t i = 0; i < n; ++i) {
     switch (dtype) {
-      case DType::F32: reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(values[i]); break;
-      case DType::F64: reinterpret_cast<double*>(bytes.data())[i] = values[i]; break;
+      case DType::F32:
+        reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(values[i]);
+        break;
+      case DType::F64:
+        reinterpret_cast<double*>(bytes.data())[i] = values[i];
+        break;
       case DType::BF16:
         reinterpret_cast<BFloat16*>(bytes.data())[i] = BFloat16(static_cast<float>(values[i]));
         break;
-      case DType::I32: reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(values[i]); break;
+      case DType::I32:
+        reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(values[i]);
+        break;
     }
   }
   return bytes;
@@ -86,7 +94,9 @@ Tensor Tensor::from_ints(const std::vector<int32_t>& values, const Shape& shape,
   return t;
 }
 
-Tensor Tensor::scalar(double value, DType dtype, Device device) { return from_doubles({value}, {}, dtype, device); }
+Tensor Tensor::scalar(double value, DType dtype, Device device) {
+  return from_doubles({value}, {}, dtype, device);
+}
 
 const Shape& Tensor::shape() const {
   RETORT_CHECK(defined(), "use of an undefined tensor");
@@ -100,7 +110,9 @@ int64_t Tensor::size(int dim) const {
   return impl_->shape[d];
 }
 
-int64_t Tensor::numel() const { return shape_numel(shape()); }
+int64_t Tensor::numel() const {
+  return shape_numel(shape());
+}
 DType Tensor::dtype() const {
   RETORT_CHECK(defined(), "use of an undefined tensor");
   return impl_->dtype;
@@ -187,10 +199,18 @@ std::vector<double> Tensor::to_doubles() const {
   std::vector<double> out(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     switch (dtype()) {
-      case DType::F32: out[i] = host.data<float>()[i]; break;
-      case DType::F64: out[i] = host.data<double>()[i]; break;
-      case DType::BF16: out[i] = static_cast<float>(host.data<BFloat16>()[i]); break;
-      case DType::I32: out[i] = host.data<int32_t>()[i]; break;
+      case DType::F32:
+        out[i] = host.data<float>()[i];
+        break;
+      case DType::F64:
+        out[i] = host.data<double>()[i];
+        break;
+      case DType::BF16:
+        out[i] = static_cast<float>(host.data<BFloat16>()[i]);
+        break;
+      case DType::I32:
+        out[i] = host.data<int32_t>()[i];
+        break;
     }
   }
   return out;
@@ -212,11 +232,12 @@ double Tensor::item() const {
   return to_doubles()[0];
 }
 
-bool Tensor::requires_grad() const { return defined() && impl_->autograd.requires_grad; }
+bool Tensor::requires_grad() const {
+  return defined() && impl_->autograd.requires_grad;
+}
 
 Tensor& Tensor::set_requires_grad(bool value) {
-  RETORT_CHECK(!value || is_floating(dtype()), "only floating-point tensors can require gradients, got {}",
-               describe());
+  RETORT_CHECK(!value || is_floating(dtype()), "only floating-point tensors can require gradients, got {}", describe());
   impl_->autograd.requires_grad = value;
   return *this;
 }
@@ -225,14 +246,20 @@ const Tensor& Tensor::grad() const {
   RETORT_CHECK(defined(), "use of an undefined tensor");
   return impl_->autograd.grad;
 }
-void Tensor::set_grad(const Tensor& grad) { impl_->autograd.grad = grad; }
-void Tensor::zero_grad() { impl_->autograd.grad = Tensor(); }
+void Tensor::set_grad(const Tensor& grad) {
+  impl_->autograd.grad = grad;
+}
+void Tensor::zero_grad() {
+  impl_->autograd.grad = Tensor();
+}
 
 const std::shared_ptr<Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<Node> none;
   return defined() ? impl_->autograd.grad_fn : none;
 }
-void Tensor::set_grad_fn(std::shared_ptr<Node> node) { impl_->autograd.grad_fn = std::move(node); }
+void Tensor::set_grad_fn(std::shared_ptr<Node> node) {
+  impl_->autograd.grad_fn = std::move(node);
+}
 
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>(*impl_);
@@ -245,12 +272,16 @@ void Tensor::backward() const {
   backward(Tensor::full(shape(), 1.0, dtype(), device()));
 }
 
-void Tensor::backward(const Tensor& grad_output) const { autograd::run_backward(*this, grad_output); }
+void Tensor::backward(const Tensor& grad_output) const {
+  autograd::run_backward(*this, grad_output);
+}
 
 const ShardingSpec& Tensor::sharding() const {
   RETORT_CHECK(defined(), "use of an undefined tensor");
   return impl_->sharding;
 }
-void Tensor::set_sharding(ShardingSpec spec) { impl_->sharding = std::move(spec); }
+void Tensor::set_sharding(ShardingSpec spec) {
+  impl_->sharding = std::move(spec);
+}
 
 }  // namespace retort

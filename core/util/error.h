@@ -24,17 +24,17 @@ class InputError : public Error {
 }  // namespace retort
 
 // RETORT_CHECK(cond, "fmt {}", args...): throws retort::Error with the condition, call site and message.
-#define RETORT_CHECK(cond, ...)                                                                  \
-  do {                                                                                           \
-    if (!(cond)) [[unlikely]] {                                                                  \
-      ::retort::throw_check_failure(#cond, __FILE__, __LINE__, ::fmt::format(__VA_ARGS__));     \
-    }                                                                                            \
+#define RETORT_CHECK(cond, ...)                                                             \
+  do {                                                                                      \
+    if (!(cond)) [[unlikely]] {                                                             \
+      ::retort::throw_check_failure(#cond, __FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
+    }                                                                                       \
   } while (0)
 
 // RETORT_INPUT_CHECK: like RETORT_CHECK for errors caused by user input; the message stands alone.
-#define RETORT_INPUT_CHECK(cond, ...)                                        \
-  do {                                                                       \
-    if (!(cond)) [[unlikely]] {                                              \
-      throw ::retort::InputError(::fmt::format(__VA_ARGS__));                \
-    }                                                                        \
+#define RETORT_INPUT_CHECK(cond, ...)                         \
+  do {                                                        \
+    if (!(cond)) [[unlikely]] {                               \
+      throw ::retort::InputError(::fmt::format(__VA_ARGS__)); \
+    }                                                         \
   } while (0)

@@ -102,7 +102,8 @@ TEST(Trainer, LossGoesDownAndMetricsHaveTheFields) {
   EXPECT_NEAR(r.train_losses.front(), std::log(512.0), 0.3) << "an initialised model predicts nearly uniformly";
   EXPECT_LT(r.train_losses.back(), r.train_losses.front() - 0.5);
   const auto records = read_metrics(dir);
-  for (const char* key : {"step", "loss", "lr", "tokens_per_s", "grad_norm"}) EXPECT_TRUE(records[0].contains(key)) << key;
+  for (const char* key : {"step", "loss", "lr", "tokens_per_s", "grad_norm"})
+    EXPECT_TRUE(records[0].contains(key)) << key;
   EXPECT_TRUE(records.back().contains("eval_loss"));
   EXPECT_TRUE(fs::exists(dir / "config.yaml"));
 }

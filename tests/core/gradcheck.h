@@ -55,8 +55,8 @@ inline void expect_gradients_match(const std::function<Tensor(const std::vector<
       max_err = std::max(max_err, std::abs(numeric - analytic[j]));
       max_ref = std::max(max_ref, std::abs(numeric));
     }
-    EXPECT_LT(max_err / max_ref, tolerance) << "input " << i << ": max |analytic - numeric| = " << max_err
-                                            << " (scale " << max_ref << ")";
+    EXPECT_LT(max_err / max_ref, tolerance)
+        << "input " << i << ": max |analytic - numeric| = " << max_err << " (scale " << max_ref << ")";
   }
 }
 

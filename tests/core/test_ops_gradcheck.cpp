@@ -56,7 +56,8 @@ TEST_F(OpGradcheck, MatmulAllTransposes) {
 }
 
 TEST_F(OpGradcheck, MatmulBatched) {
-  expect_gradients_match([](const auto& in) { return ops::matmul(in[0], in[1]); }, {param({2, 3, 4}), param({2, 4, 5})});
+  expect_gradients_match([](const auto& in) { return ops::matmul(in[0], in[1]); },
+                         {param({2, 3, 4}), param({2, 4, 5})});
   expect_gradients_match([](const auto& in) { return ops::matmul(in[0], in[1], false, true); },
                          {param({2, 3, 4}), param({2, 5, 4})});
 }
@@ -102,7 +103,8 @@ TEST_F(OpGradcheck, Embedding) {
 
 TEST_F(OpGradcheck, CrossEntropyWithIgnoredRows) {
   Tensor targets = Tensor::from_ints({2, -100, 0, 6, 1}, {5});
-  expect_gradients_match([targets](const auto& in) { return ops::cross_entropy(in[0], targets); }, {param({5, 7}, 3.0)});
+  expect_gradients_match([targets](const auto& in) { return ops::cross_entropy(in[0], targets); },
+                         {param({5, 7}, 3.0)});
 }
 
 TEST_F(OpGradcheck, Reshape) {

@@ -62,7 +62,8 @@ TEST(GptCuda, ForwardBackwardMatchesCpu) {
     const Tensor ids = tiny_ids(3, 19, config.vocab_size, 1), targets = tiny_ids(3, 19, config.vocab_size, 2);
     Tensor cpu_logits = cpu.forward(ids), gpu_logits = gpu.forward(ids.to(Device::cuda(0)));
     EXPECT_LT(relative_error(gpu_logits, cpu_logits), 1e-5) << "tie " << tie;
-    Tensor cpu_loss = ops::cross_entropy(cpu_logits, targets), gpu_loss = ops::cross_entropy(gpu_logits, targets.to(Device::cuda(0)));
+    Tensor cpu_loss = ops::cross_entropy(cpu_logits, targets),
+           gpu_loss = ops::cross_entropy(gpu_logits, targets.to(Device::cuda(0)));
     EXPECT_NEAR(gpu_loss.item(), cpu_loss.item(), 1e-5 * std::abs(cpu_loss.item()));
     cpu_loss.backward();
     gpu_loss.backward();

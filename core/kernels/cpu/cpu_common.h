@@ -21,7 +21,9 @@ template <typename T>
 using ConstStridedMatrixMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
 
 // A float32 copy of a bf16 tensor; other tensors pass through unchanged.
-inline Tensor widen(const Tensor& t) { return t.defined() && t.dtype() == DType::BF16 ? t.to(DType::F32) : t; }
+inline Tensor widen(const Tensor& t) {
+  return t.defined() && t.dtype() == DType::BF16 ? t.to(DType::F32) : t;
+}
 
 // An output slot: writes go to a float32 buffer when the destination is bf16, and finish() rounds them
 // back. `keep_contents` copies the current values in first, for kernels that accumulate.
@@ -49,16 +51,25 @@ template <typename Fn>
 void dispatch_real(DType dtype, Fn&& fn) {
   switch (dtype) {
     case DType::F32:
-    case DType::BF16: fn.template operator()<float>(); return;
-    case DType::F64: fn.template operator()<double>(); return;
-    case DType::I32: break;
+    case DType::BF16:
+      fn.template operator()<float>();
+      return;
+    case DType::F64:
+      fn.template operator()<double>();
+      return;
+    case DType::I32:
+      break;
   }
   throw Error(fmt::format("kernel needs a floating-point tensor, got {}", dtype_name(dtype)));
 }
 
 // Rows and columns of a tensor viewed as [rows, last dim].
-inline int64_t last_dim(const Tensor& t) { return t.ndim() == 0 ? 1 : t.size(-1); }
-inline int64_t leading_rows(const Tensor& t) { return last_dim(t) == 0 ? 0 : t.numel() / last_dim(t); }
+inline int64_t last_dim(const Tensor& t) {
+  return t.ndim() == 0 ? 1 : t.size(-1);
+}
+inline int64_t leading_rows(const Tensor& t) {
+  return last_dim(t) == 0 ? 0 : t.numel() / last_dim(t);
+}
 
 // Per-row statistics (mean, rstd, lse) are f32, or f64 when the kernel runs in f64 for reference checks.
 inline void store_stat(const Tensor& stat, int64_t i, double value) {

@@ -8,10 +8,18 @@ namespace retort::kernels::cpu {
 void fill(Tensor& x, double value) {
   const int64_t n = x.numel();
   switch (x.dtype()) {
-    case DType::F32: std::fill_n(x.data<float>(), n, static_cast<float>(value)); break;
-    case DType::F64: std::fill_n(x.data<double>(), n, value); break;
-    case DType::BF16: std::fill_n(x.data<BFloat16>(), n, BFloat16(static_cast<float>(value))); break;
-    case DType::I32: std::fill_n(x.data<int32_t>(), n, static_cast<int32_t>(value)); break;
+    case DType::F32:
+      std::fill_n(x.data<float>(), n, static_cast<float>(value));
+      break;
+    case DType::F64:
+      std::fill_n(x.data<double>(), n, value);
+      break;
+    case DType::BF16:
+      std::fill_n(x.data<BFloat16>(), n, BFloat16(static_cast<float>(value)));
+      break;
+    case DType::I32:
+      std::fill_n(x.data<int32_t>(), n, static_cast<int32_t>(value));
+      break;
   }
 }
 
@@ -19,10 +27,14 @@ void cast(const Tensor& x, Tensor& out) {
   const int64_t n = x.numel();
   auto load = [&](int64_t i) -> double {
     switch (x.dtype()) {
-      case DType::F32: return x.data<float>()[i];
-      case DType::F64: return x.data<double>()[i];
-      case DType::BF16: return static_cast<float>(x.data<BFloat16>()[i]);
-      case DType::I32: return x.data<int32_t>()[i];
+      case DType::F32:
+        return x.data<float>()[i];
+      case DType::F64:
+        return x.data<double>()[i];
+      case DType::BF16:
+        return static_cast<float>(x.data<BFloat16>()[i]);
+      case DType::I32:
+        return x.data<int32_t>()[i];
     }
     return 0;
   };
@@ -30,10 +42,18 @@ void cast(const Tensor& x, Tensor& out) {
   for (int64_t i = 0; i < n; ++i) {
     const double v = load(i);
     switch (out.dtype()) {
-      case DType::F32: out.data<float>()[i] = static_cast<float>(v); break;
-      case DType::F64: out.data<double>()[i] = v; break;
-      case DType::BF16: out.data<BFloat16>()[i] = BFloat16(static_cast<float>(v)); break;
-      case DType::I32: out.data<int32_t>()[i] = static_cast<int32_t>(v); break;
+      case DType::F32:
+        out.data<float>()[i] = static_cast<float>(v);
+        break;
+      case DType::F64:
+        out.data<double>()[i] = v;
+        break;
+      case DType::BF16:
+        out.data<BFloat16>()[i] = BFloat16(static_cast<float>(v));
+        break;
+      case DType::I32:
+        out.data<int32_t>()[i] = static_cast<int32_t>(v);
+        break;
     }
   }
 }

@@ -11,9 +11,10 @@ void check_ids(const Tensor& ids, int64_t vocab) {
   const int32_t* p = ids.data<int32_t>();
   for (int64_t n = 0; n < ids.numel(); ++n) {
     if (p[n] < 0 || p[n] >= vocab)
-      throw InputError(fmt::format("token id {} at position {} is outside the embedding table of {} rows: the data "
-                                   "was made with a larger vocabulary than the model's",
-                                   p[n], n, vocab));
+      throw InputError(
+          fmt::format("token id {} at position {} is outside the embedding table of {} rows: the data "
+                      "was made with a larger vocabulary than the model's",
+                      p[n], n, vocab));
   }
 }
 }  // namespace

@@ -3,8 +3,7 @@
 
 namespace retort::kernels::cpu {
 
-void gemm(const Tensor& a_in, const Tensor& b_in, Tensor& c_in, bool trans_a, bool trans_b, float alpha,
-          float beta) {
+void gemm(const Tensor& a_in, const Tensor& b_in, Tensor& c_in, bool trans_a, bool trans_b, float alpha, float beta) {
   Tensor a = widen(a_in), b = widen(b_in);
   OutputSlot slot(c_in, /*keep_contents=*/beta != 0.0f);
   Tensor& c = slot.get();

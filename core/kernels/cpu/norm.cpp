@@ -1,5 +1,6 @@
-#include <cmath>
 #include <omp.h>
+
+#include <cmath>
 #include <vector>
 
 #include "core/kernels/backends.h"

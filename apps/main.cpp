@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "apps/launch_command.h"
 #include "apps/train_command.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
@@ -13,6 +14,8 @@ int main(int argc, char** argv) {
   CLI::App app{"retort: tensor-parallel training and distillation in C++ and CUDA"};
   app.require_subcommand(1);
   retort::apps::add_train_command(app);
+  int exit_code = 0;
+  retort::apps::add_launch_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -24,5 +27,5 @@ int main(int argc, char** argv) {
     spdlog::error("{}", e.what());
     return 1;
   }
-  return 0;
+  return exit_code;
 }

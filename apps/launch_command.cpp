@@ -1,0 +1,30 @@
+#include "apps/launch_command.h"
+
+#include <memory>
+
+#include "apps/launcher.h"
+
+namespace retort::apps {
+
+void add_launch_command(CLI::App& app, int* exit_code) {
+  struct Args {
+    LaunchOptions options;
+    bool exec = false;
+    std::vector<std::string> command;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("launch", "start N local ranks of a retort command (like torchrun)");
+  cmd->add_option("--nproc", args->options.nproc, "ranks to start on this machine (one GPU each)")->required();
+  cmd->add_option("--rendezvous", args->options.rendezvous,
+                  "folder every rank can see (default: a fresh temporary one)");
+  cmd->add_flag("--exec", args->exec, "run a program instead of a retort subcommand");
+  cmd->add_option("command", args->command, "after --: the retort subcommand and its arguments")->required();
+  cmd->callback([args, exit_code] {
+    std::vector<std::string> argv = args->command;
+    // A retort subcommand runs this very binary, so ranks use the same build as the launcher.
+    if (!args->exec) argv.insert(argv.begin(), "/proc/self/exe");
+    *exit_code = launch_local(argv, args->options).exit_code;
+  });
+}
+
+}  // namespace retort::apps

@@ -1,0 +1,99 @@
+#include "apps/launcher.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "core/util/error.h"
+
+namespace retort::apps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int status_to_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+pid_t spawn_rank(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env) {
+  const pid_t pid = ::fork();
+  RETORT_CHECK(pid >= 0, "fork failed: {}", std::strerror(errno));
+  if (pid == 0) {
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "retort launch: cannot run '%s': %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOptions& options) {
+  RETORT_INPUT_CHECK(!argv.empty(), "retort launch: nothing to run (give the command after --)");
+  RETORT_INPUT_CHECK(options.nproc >= 1, "retort launch: --nproc must be at least 1, got {}", options.nproc);
+  const bool own_rendezvous = options.rendezvous.empty();
+  const fs::path rendezvous =
+      own_rendezvous ? fs::temp_directory_path() / fmt::format("retort-rdzv-{}-{}", ::getpid(), std::time(nullptr))
+                     : fs::path(options.rendezvous);
+  fs::create_directories(rendezvous);
+
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < options.nproc; ++rank) {
+    pids.push_back(spawn_rank(argv, {{"RANK", std::to_string(rank)},
+                                     {"WORLD_SIZE", std::to_string(options.nproc)},
+                                     {"LOCAL_RANK", std::to_string(rank)},
+                                     {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
+                                     {"RETORT_RENDEZVOUS", rendezvous.string()}}));
+  }
+
+  LaunchResult result;
+  int running = options.nproc;
+  std::chrono::steady_clock::time_point kill_deadline{};
+  bool terminating = false;
+  while (running > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      const auto it = std::find(pids.begin(), pids.end(), pid);
+      if (it == pids.end()) continue;
+      const int rank = static_cast<int>(it - pids.begin());
+      *it = -1;
+      --running;
+      const int code = status_to_code(status);
+      if (code != 0 && result.failed_rank < 0 && !terminating) {
+        result = {code, rank};
+        spdlog::error("retort launch: rank {} exited with status {}; stopping the other ranks", rank, code);
+        for (pid_t other : pids)
+          if (other > 0) ::kill(other, SIGTERM);
+        terminating = true;
+        kill_deadline = std::chrono::steady_clock::now() + options.grace;
+      }
+      continue;
+    }
+    if (terminating && std::chrono::steady_clock::now() > kill_deadline) {
+      for (pid_t other : pids)
+        if (other > 0) ::kill(other, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (own_rendezvous) {
+    std::error_code ignored;
+    fs::remove_all(rendezvous, ignored);
+  }
+  return result;
+}
+
+}  // namespace retort::apps

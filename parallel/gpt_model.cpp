@@ -5,6 +5,8 @@
 #include "core/ops/ops.h"
 #include "core/tensor/random.h"
 #include "core/util/error.h"
+#include "parallel/tp/regions.h"
+#include "parallel/tp/sharding.h"
 
 namespace retort {
 
@@ -19,47 +21,66 @@ void GptConfig::validate() const {
   nn::norm_kind_from_name(norm);
 }
 
-GptBlock::GptBlock(const GptConfig& c) : n_head_(c.n_head) {
+void GptConfig::validate_for_tp(int tp) const {
+  validate();
+  tp::check_divides(n_head, tp, "model.n_head");
+  tp::check_divides(mlp_ratio * n_embd, tp, "the MLP width (model.mlp_ratio x model.n_embd)");
+  tp::check_divides(vocab_size, tp, "the vocabulary size (data.vocab_size)");
+}
+
+GptBlock::GptBlock(const GptConfig& c, const std::shared_ptr<Communicator>& group)
+    : local_heads_(c.n_head / tp::group_size(group)) {
   const auto kind = nn::norm_kind_from_name(c.norm);
+  const int64_t width = c.mlp_ratio * c.n_embd;
   ln_1_ = register_module("ln_1", std::make_shared<nn::Norm>(c.n_embd, kind, c.bias, c.norm_eps));
-  qkv_ = register_module("attn.qkv", std::make_shared<nn::Linear>(c.n_embd, 3 * c.n_embd, c.bias));
-  attn_proj_ = register_module("attn.proj", std::make_shared<nn::Linear>(c.n_embd, c.n_embd, c.bias));
+  // q | k | v are three blocks of the output: each rank takes its heads from all three.
+  qkv_ = register_module("attn.qkv",
+                         std::make_shared<tp::ColumnParallelLinear>(c.n_embd, 3 * c.n_embd, c.bias, group, false, 3));
+  attn_proj_ = register_module("attn.proj", std::make_shared<tp::RowParallelLinear>(c.n_embd, c.n_embd, c.bias, group));
   ln_2_ = register_module("ln_2", std::make_shared<nn::Norm>(c.n_embd, kind, c.bias, c.norm_eps));
-  fc_ = register_module("mlp.fc", std::make_shared<nn::Linear>(c.n_embd, c.mlp_ratio * c.n_embd, c.bias));
-  mlp_proj_ = register_module("mlp.proj", std::make_shared<nn::Linear>(c.mlp_ratio * c.n_embd, c.n_embd, c.bias));
+  fc_ = register_module("mlp.fc", std::make_shared<tp::ColumnParallelLinear>(c.n_embd, width, c.bias, group));
+  mlp_proj_ = register_module("mlp.proj", std::make_shared<tp::RowParallelLinear>(width, c.n_embd, c.bias, group));
 }
 
 Tensor GptBlock::forward(const Tensor& x, DType compute_dtype) const {
-  Tensor attn = ops::causal_self_attention(qkv_->forward(ln_1_->forward(x), compute_dtype), static_cast<int>(n_head_));
+  Tensor attn =
+      ops::causal_self_attention(qkv_->forward(ln_1_->forward(x), compute_dtype), static_cast<int>(local_heads_));
   Tensor h = ops::add(x, attn_proj_->forward(attn, compute_dtype));
   Tensor mlp = mlp_proj_->forward(ops::gelu(fc_->forward(ln_2_->forward(h), compute_dtype)), compute_dtype);
   return ops::add(h, mlp);
 }
 
-GptModel::GptModel(const GptConfig& config) : config_(config) {
-  config_.validate();
-  wte_ = register_module("wte", std::make_shared<nn::Embedding>(config_.vocab_size, config_.n_embd));
+GptModel::GptModel(const GptConfig& config, std::shared_ptr<Communicator> tp_group)
+    : config_(config), tp_group_(tp::is_distributed(tp_group) ? std::move(tp_group) : nullptr) {
+  config_.validate_for_tp(tp::group_size(tp_group_));
+  wte_ = register_module("wte",
+                         std::make_shared<tp::VocabParallelEmbedding>(config_.vocab_size, config_.n_embd, tp_group_));
   wpe_ = register_module("wpe", std::make_shared<nn::Embedding>(config_.block_size, config_.n_embd));
   for (int64_t i = 0; i < config_.n_layer; ++i)
-    blocks_.push_back(register_module("blocks." + std::to_string(i), std::make_shared<GptBlock>(config_)));
+    blocks_.push_back(register_module("blocks." + std::to_string(i), std::make_shared<GptBlock>(config_, tp_group_)));
   ln_f_ = register_module("ln_f", std::make_shared<nn::Norm>(config_.n_embd, nn::norm_kind_from_name(config_.norm),
                                                              config_.bias, config_.norm_eps));
   if (!config_.tie_weights)
-    lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(config_.n_embd, config_.vocab_size, false));
+    lm_head_ = register_module(
+        "lm_head", std::make_shared<tp::ColumnParallelLinear>(config_.n_embd, config_.vocab_size, false, tp_group_));
+  tp::mark_replicated(*this, tp_group_);
 }
 
 void GptModel::initialize(uint64_t seed) {
   const double residual_std = config_.init_std / std::sqrt(2.0 * config_.n_layer);
+  const int tp_size = tp::group_size(tp_group_), tp_rank = tp::group_rank(tp_group_);
   for (auto& [name, param] : named_parameters()) {
+    const Shape full = tp::full_shape(param.shape(), param.sharding(), tp_size);
     Tensor value;
     if (name.ends_with(".bias")) {
-      value = Tensor::zeros(param.shape());
+      value = Tensor::zeros(full);
     } else if (name.find("ln_") != std::string::npos) {
-      value = Tensor::full(param.shape(), 1.0);
+      value = Tensor::full(full, 1.0);
     } else {
       const bool residual = name.ends_with("attn.proj.weight") || name.ends_with("mlp.proj.weight");
-      value = randn(param.shape(), residual ? residual_std : config_.init_std, seed, stream_id(name));
+      value = randn(full, residual ? residual_std : config_.init_std, seed, stream_id(name));
     }
+    value = tp::shard_of(value, param.sharding(), tp_rank, tp_size);
     param.copy_(value.to(param.dtype()).to(param.device()));
   }
 }
@@ -77,8 +98,7 @@ Tensor GptModel::forward(const Tensor& ids, DType compute_dtype) const {
   x = nn::to_compute(x, compute_dtype);
   for (const auto& block : blocks_) x = block->forward(x, compute_dtype);
   x = ln_f_->forward(x);
-  if (lm_head_) return lm_head_->forward(x, compute_dtype);
-  return ops::linear(x, nn::to_compute(wte_->weight(), compute_dtype), Tensor());
+  return tp::vocab_parallel_logits(x, lm_head_ ? lm_head_->weight() : wte_->weight(), tp_group_, compute_dtype);
 }
 
 }  // namespace retort

@@ -1,11 +1,16 @@
 #pragma once
 // A GPT-style decoder: token + learned position embeddings, N pre-norm blocks of causal self-attention
 // and a GELU MLP, a final norm and an LM head (optionally tied to the token embedding).
+// Built from the tensor-parallel layers of parallel/tp: with a tp group of n ranks, each rank holds n_head / n
+// attention heads (its rows of q, k and v; its columns of the output projection), 1/n of the MLP width and
+// 1/n of the vocabulary (embedding rows and LM-head rows), and the logits stay sharded over the vocabulary.
+// Without a group (or with one rank) it is the plain dense model, parameter for parameter.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/nn/layers.h"
+#include "parallel/tp/layers.h"
 
 namespace retort {
 
@@ -23,38 +28,48 @@ struct GptConfig {
   double init_std = 0.02;
 
   void validate() const;  // InputError naming the first bad value
+  // validate() plus: the heads, the MLP width and the vocabulary divide by tp (an InputError naming the value).
+  void validate_for_tp(int tp) const;
 };
 
 class GptBlock : public nn::Module {
  public:
-  explicit GptBlock(const GptConfig& config);
+  GptBlock(const GptConfig& config, const std::shared_ptr<Communicator>& tp_group);
   Tensor forward(const Tensor& x, DType compute_dtype) const;
 
  private:
-  int64_t n_head_;
+  int64_t local_heads_;
   std::shared_ptr<nn::Norm> ln_1_, ln_2_;
-  std::shared_ptr<nn::Linear> qkv_, attn_proj_, fc_, mlp_proj_;
+  std::shared_ptr<tp::ColumnParallelLinear> qkv_, fc_;
+  std::shared_ptr<tp::RowParallelLinear> attn_proj_, mlp_proj_;
 };
 
 class GptModel : public nn::Module {
  public:
-  explicit GptModel(const GptConfig& config);
+  // tp_group: the tensor-parallel group (parallel/process_grid.h); null for a dense model.
+  explicit GptModel(const GptConfig& config, std::shared_ptr<Communicator> tp_group = nullptr);
 
   // GPT-2's initialisation: N(0, init_std) for weights, init_std / sqrt(2 n_layer) for the projections
-  // that write into the residual stream, zero biases, unit norm weights. Deterministic in `seed`.
+  // that write into the residual stream, zero biases, unit norm weights. Deterministic in `seed`, and the same
+  // at every tp: each rank draws the full tensor and keeps its shard, so a tp = n model starts exactly where
+  // the dense one does.
   void initialize(uint64_t seed);
 
-  // ids i32 [B, T] -> logits [B, T, vocab] in compute_dtype (f32 or bf16; parameters stay f32).
+  // ids i32 [B, T] -> logits [B, T, vocab / tp] in compute_dtype (f32 or bf16; parameters stay f32), sharded
+  // over the tp group (logits.sharding()) when there is one.
   Tensor forward(const Tensor& ids, DType compute_dtype = DType::F32) const;
 
   const GptConfig& config() const { return config_; }
+  const std::shared_ptr<Communicator>& tp_group() const { return tp_group_; }
 
  private:
   GptConfig config_;
-  std::shared_ptr<nn::Embedding> wte_, wpe_;
+  std::shared_ptr<Communicator> tp_group_;
+  std::shared_ptr<tp::VocabParallelEmbedding> wte_;
+  std::shared_ptr<nn::Embedding> wpe_;
   std::vector<std::shared_ptr<GptBlock>> blocks_;
   std::shared_ptr<nn::Norm> ln_f_;
-  std::shared_ptr<nn::Linear> lm_head_;  // absent when tied
+  std::shared_ptr<tp::ColumnParallelLinear> lm_head_;  // absent when tied
 };
 
 }  // namespace retort

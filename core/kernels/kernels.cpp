@@ -219,19 +219,33 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& pro
 }
 
 void embedding_forward(const Tensor& table, const Tensor& ids, Tensor& out) {
+  embedding_forward(table, ids, 0, table.size(0), out);
+}
+
+void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) {
+  embedding_backward(dout, ids, 0, dtable.size(0), dtable);
+}
+
+void embedding_forward(const Tensor& table, const Tensor& ids, int64_t row_start, int64_t id_limit, Tensor& out) {
   same_device({&table, &ids, &out}, "embedding");
+  RETORT_CHECK(row_start >= 0 && row_start + table.size(0) <= id_limit,
+               "embedding: rows [{}, {}) are not inside the id range [0, {})", row_start, row_start + table.size(0),
+               id_limit);
   RETORT_CHECK(table.ndim() == 2 && ids.dtype() == DType::I32, "embedding: table {} / ids {} invalid", table.describe(),
                ids.describe());
   RETORT_CHECK(out.numel() == ids.numel() * table.size(1) && out.dtype() == table.dtype(),
                "embedding: out {} does not fit {} ids of width {}", out.describe(), ids.numel(), table.size(1));
-  RETORT_DISPATCH(table.device(), embedding_forward, table, ids, out);
+  RETORT_DISPATCH(table.device(), embedding_forward, table, ids, row_start, id_limit, out);
 }
 
-void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) {
+void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_start, int64_t id_limit, Tensor& dtable) {
   same_device({&dout, &ids, &dtable}, "embedding_backward");
+  RETORT_CHECK(row_start >= 0 && row_start + dtable.size(0) <= id_limit,
+               "embedding_backward: rows [{}, {}) are not inside the id range [0, {})", row_start,
+               row_start + dtable.size(0), id_limit);
   RETORT_CHECK(dout.numel() == ids.numel() * dtable.size(1), "embedding_backward: dout {} does not fit {} ids",
                dout.describe(), ids.numel());
-  RETORT_DISPATCH(dtable.device(), embedding_backward, dout, ids, dtable);
+  RETORT_DISPATCH(dtable.device(), embedding_backward, dout, ids, row_start, id_limit, dtable);
 }
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int ignore_index, Tensor& row_loss,

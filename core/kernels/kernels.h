@@ -62,6 +62,11 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& pro
 void embedding_forward(const Tensor& table, const Tensor& ids, Tensor& out);
 // dtable[ids[n], :] += dout[n, :] (dtable accumulated into; repeated ids add up).
 void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable);
+// A shard of a larger table (vocab-parallel embedding): the table holds global rows [row_start, row_start +
+// rows). Ids must lie in [0, id_limit) (the global vocabulary); an id owned by another shard gives a zero row
+// forward and no gradient here.
+void embedding_forward(const Tensor& table, const Tensor& ids, int64_t row_start, int64_t id_limit, Tensor& out);
+void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_start, int64_t id_limit, Tensor& dtable);
 
 // ---- cross-entropy (single device; the vocab-parallel losses live in losses/) --------------------------------
 // logits [N, V], targets i32 [N]. row_loss f32 [N] = lse - logit[target] (0 for ignore_index rows),

@@ -262,6 +262,18 @@ Tensor embedding(const Tensor& table, const Tensor& ids) {
   });
 }
 
+Tensor embedding_shard(const Tensor& table, const Tensor& ids, int64_t row_start, int64_t id_limit) {
+  Shape out_shape = ids.shape();
+  out_shape.push_back(table.size(1));
+  Tensor out = Tensor::empty(out_shape, table.dtype(), table.device());
+  kernels::embedding_forward(table, ids, row_start, id_limit, out);
+  return autograd::record(out, "embedding_shard", {table}, [table, ids, row_start, id_limit](const Tensor& g) {
+    Tensor gt = zeros_like(table);
+    kernels::embedding_backward(g, ids, row_start, id_limit, gt);
+    return std::vector<Tensor>{gt};
+  });
+}
+
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int ignore_index) {
   const int64_t vocab = logits_in.size(-1);
   RETORT_CHECK(targets_in.numel() * vocab == logits_in.numel(), "cross_entropy: targets {} do not match logits {}",

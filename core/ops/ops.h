@@ -36,6 +36,9 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head);
 
 // Rows of `table` [V, C] picked by i32 `ids` of any shape -> ids.shape + [C].
 Tensor embedding(const Tensor& table, const Tensor& ids);
+// A vocab shard of the table: rows [row_start, row_start + rows) of a table of id_limit rows. Ids owned by
+// other shards give zero rows and no gradient (the vocab-parallel embedding sums the shards afterwards).
+Tensor embedding_shard(const Tensor& table, const Tensor& ids, int64_t row_start, int64_t id_limit);
 
 // Mean over non-ignored rows of -log softmax(logits)[target]; logits [N, V] (or [..., V]), targets i32
 // with the leading shape. A batch where every row is ignored gives 0 and zero gradients. f32 result.

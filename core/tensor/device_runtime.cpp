@@ -115,6 +115,24 @@ void copy(void* dst, Device dst_device, const void* src, Device src_device, size
 #endif
 }
 
+void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t height,
+             Device device) {
+  if (width == 0 || height == 0) return;
+  if (device.is_cpu()) {
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+    for (size_t row = 0; row < height; ++row) std::memcpy(d + row * dst_pitch, s + row * src_pitch, width);
+    return;
+  }
+#ifdef RETORT_WITH_CUDA
+  DeviceGuard guard(device.index);
+  RETORT_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDeviceToDevice,
+                                      cuda::compute_stream(device.index)));
+#else
+  no_cuda();
+#endif
+}
+
 void memset_zero(void* ptr, size_t nbytes, Device device) {
   if (nbytes == 0) return;
   if (device.is_cpu()) {

@@ -10,6 +10,10 @@ namespace retort::device_runtime {
 void* allocate(size_t nbytes, Device device);
 void release(void* ptr, Device device);
 void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+// `height` rows of `width` bytes between two pitched layouts on one device (stream-ordered on a GPU): the
+// whole re-layout that slicing or concatenating along a non-leading dim needs.
+void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t height,
+             Device device);
 void memset_zero(void* ptr, size_t nbytes, Device device);
 void synchronize(Device device);
 

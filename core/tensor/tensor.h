@@ -21,11 +21,16 @@ int64_t shape_numel(const Shape& shape);
 
 class Communicator;  // parallel/ defines it; core only carries the pointer.
 
-// How a tensor is split across tensor-parallel ranks: this rank holds a contiguous 1/size chunk along
-// partition_dim of the full tensor. Set by the TP layers; read by losses and optimizers.
+// How a tensor is split across tensor-parallel ranks. Set by the TP layers; read by losses and optimizers.
+// The full tensor's partition_dim is made of `blocks` equal blocks (3 for a fused q|k|v projection, 1 for
+// everything else); rank r holds the r-th 1/size chunk of every block, concatenated in block order. With one
+// block that is the plain contiguous 1/size chunk.
 struct ShardingSpec {
-  int partition_dim = -1;  // -1: replicated
+  int partition_dim = -1;  // -1: replicated (or not distributed at all when group is null)
+  int blocks = 1;
   std::shared_ptr<Communicator> group;
+
+  bool is_sharded() const { return group != nullptr && partition_dim >= 0; }
 };
 
 struct Node;

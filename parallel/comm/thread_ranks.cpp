@@ -28,6 +28,9 @@ std::vector<RankFailure> run_ranks_collect(int world, const RankBody& body, cons
       try {
         comm = GlooCommunicator::create(store, "world", rank, world, options);
         body(comm);
+        // A rank that is done waits for the others before closing its connections: closing a socket while a
+        // peer's last bytes are still unread can reset the connection under a peer that is not done yet.
+        comm->barrier();
       } catch (const std::exception& e) {
         record(rank, e.what());
       } catch (...) {

@@ -19,24 +19,31 @@ void check_ids(const Tensor& ids, int64_t vocab) {
 }
 }  // namespace
 
-void embedding_forward(const Tensor& table, const Tensor& ids, Tensor& out) {
-  const int64_t vocab = table.size(0), cols = table.size(1), n = ids.numel();
-  check_ids(ids, vocab);
+void embedding_forward(const Tensor& table, const Tensor& ids, int64_t row_start, int64_t id_limit, Tensor& out) {
+  const int64_t rows = table.size(0), cols = table.size(1), n = ids.numel();
+  check_ids(ids, id_limit);
   const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(table.dtype());
   const auto* src = static_cast<const std::byte*>(table.raw_data());
   auto* dst = static_cast<std::byte*>(out.raw_data());
   const int32_t* p = ids.data<int32_t>();
   // Rows are copied bytewise, so this works for every storage dtype alike.
 #pragma omp parallel for if (n * cols > 65536)
-  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * row_bytes, src + p[i] * row_bytes, row_bytes);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = p[i] - row_start;
+    if (row >= 0 && row < rows)
+      std::memcpy(dst + i * row_bytes, src + row * row_bytes, row_bytes);
+    else
+      std::memset(dst + i * row_bytes, 0, row_bytes);  // owned by another shard (all-bits-zero is 0 in every dtype)
+  }
 }
 
-void embedding_backward(const Tensor& dout_in, const Tensor& ids, Tensor& dtable_in) {
+void embedding_backward(const Tensor& dout_in, const Tensor& ids, int64_t row_start, int64_t id_limit,
+                        Tensor& dtable_in) {
   Tensor dout = widen(dout_in);
   OutputSlot slot(dtable_in, /*keep_contents=*/true);
   Tensor& dtable = slot.get();
-  const int64_t vocab = dtable.size(0), cols = dtable.size(1), n = ids.numel();
-  check_ids(ids, vocab);
+  const int64_t rows = dtable.size(0), cols = dtable.size(1), n = ids.numel();
+  check_ids(ids, id_limit);
   dispatch_real(dtable.dtype(), [&]<typename T>() {
     const int32_t* p = ids.data<int32_t>();
     // Threads own disjoint column ranges, so repeated ids add up without races and in a fixed order.
@@ -46,8 +53,10 @@ void embedding_backward(const Tensor& dout_in, const Tensor& ids, Tensor& dtable
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t c0 = blk * kBlock, c1 = std::min(cols, c0 + kBlock);
       for (int64_t i = 0; i < n; ++i) {
+        const int64_t local = p[i] - row_start;
+        if (local < 0 || local >= rows) continue;
         const T* g = dout.data<T>() + i * cols;
-        T* row = dtable.data<T>() + static_cast<int64_t>(p[i]) * cols;
+        T* row = dtable.data<T>() + local * cols;
         for (int64_t c = c0; c < c1; ++c) row[c] += g[c];
       }
     }

@@ -8,8 +8,9 @@
 // stable sort, so equal ids keep their positions in order), then the block at the start of each run of
 // equal ids adds that run's gradient rows in order in float32 and updates the table row once. Each table
 // row has exactly one writer, so repeated ids add up exactly as on the CPU and bf16 tables round once.
-// An id outside [0, V) never indexes memory: the forward pass writes a zero row, the backward pass skips
-// it, both record it, and the host throws after the launch.
+// An id outside [0, id_limit) never indexes memory: the forward pass writes a zero row, the backward pass
+// skips it, both record it, and the host throws after the launch. A vocab shard (rows [row_start, row_start +
+// rows) of the global table) treats a valid id owned by another shard the same way, without the error.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "core/kernels/backends.h"
@@ -21,17 +22,19 @@ using namespace detail;
 constexpr int kMaxThreads = 256;
 
 template <typename TT, typename TO>
-__global__ void embedding_forward_kernel(const TT* table, const int32_t* ids, TO* out, int64_t n, int64_t vocab,
-                                         int64_t cols, bool vec, rc::DeviceErrorRecord* errors) {
+__global__ void embedding_forward_kernel(const TT* table, const int32_t* ids, TO* out, int64_t n, int64_t rows,
+                                         int64_t row_start, int64_t id_limit, int64_t cols, bool vec,
+                                         rc::DeviceErrorRecord* errors) {
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const int id = ids[i];
+    const int64_t local = static_cast<int64_t>(id) - row_start;
     TO* dst = out + i * cols;
-    if (id < 0 || id >= vocab) {
-      if (threadIdx.x == 0) report_bad_index(errors, id, i);
+    if (id < 0 || id >= id_limit || local < 0 || local >= rows) {
+      if (threadIdx.x == 0 && (id < 0 || id >= id_limit)) report_bad_index(errors, id, i);
       for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = from_f32<TO>(0.f);
       continue;
     }
-    const TT* src = table + static_cast<int64_t>(id) * cols;
+    const TT* src = table + local * cols;
     if (vec) {
       for (int64_t p = threadIdx.x; p < cols / 8; p += blockDim.x) {
         float v[8];
@@ -44,15 +47,17 @@ __global__ void embedding_forward_kernel(const TT* table, const int32_t* ids, TO
   }
 }
 
-// Sort keys: the id, or `vocab` (past every valid id) for an id out of range, so that it sorts last.
-__global__ void embedding_keys_kernel(const int32_t* ids, int64_t n, int vocab, int32_t* keys, int32_t* positions,
-                                      rc::DeviceErrorRecord* errors) {
+// Sort keys: the local row, or `vocab` (past every local row) for an id this shard does not own, so that it
+// sorts last.
+__global__ void embedding_keys_kernel(const int32_t* ids, int64_t n, int vocab, int64_t row_start, int64_t id_limit,
+                                      int32_t* keys, int32_t* positions, rc::DeviceErrorRecord* errors) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int id = ids[i];
-    const bool valid = id >= 0 && id < vocab;
-    if (!valid) report_bad_index(errors, id, i);
-    keys[i] = valid ? id : vocab;
+    if (id < 0 || id >= id_limit) report_bad_index(errors, id, i);
+    const int64_t local = static_cast<int64_t>(id) - row_start;
+    const bool owned = id >= 0 && id < id_limit && local >= 0 && local < vocab;
+    keys[i] = owned ? static_cast<int32_t>(local) : vocab;
     positions[i] = static_cast<int32_t>(i);
   }
 }
@@ -82,7 +87,7 @@ int bits_for(int64_t max_value) {
 
 }  // namespace
 
-void embedding_forward(const Tensor& table, const Tensor& ids, Tensor& out) {
+void embedding_forward(const Tensor& table, const Tensor& ids, int64_t row_start, int64_t id_limit, Tensor& out) {
   rc::DeviceGuard guard(device_of(table, "embedding_forward"));
   check(ids.dtype() == DType::I32, "embedding_forward (CUDA): ids {} must be i32", ids.describe());
   const int64_t vocab = table.size(0), cols = table.size(1), n = ids.numel();
@@ -93,7 +98,8 @@ void embedding_forward(const Tensor& table, const Tensor& ids, Tensor& out) {
       using TO = typename decltype(to)::type;
       const bool vec = rows_vectorizable(table.raw_data(), cols) && rows_vectorizable(out.raw_data(), cols);
       embedding_forward_kernel<TT, TO><<<row_grid(n), row_threads(cols, kMaxThreads), 0, rc::current_stream()>>>(
-          table.data<TT>(), ids.data<int32_t>(), out.data<TO>(), n, vocab, cols, vec, rc::device_error_record());
+          table.data<TT>(), ids.data<int32_t>(), out.data<TO>(), n, vocab, row_start, id_limit, cols, vec,
+          rc::device_error_record());
       RETORT_CUDA_CHECK_LAUNCH();
     });
   });
@@ -101,11 +107,11 @@ void embedding_forward(const Tensor& table, const Tensor& ids, Tensor& out) {
     fail_input(
         "embedding_forward: token id {} at position {} is outside the embedding table of {} rows: the data was made "
         "with a larger vocabulary than the model's",
-        bad->value, bad->position, vocab);
+        bad->value, bad->position, id_limit);
   }
 }
 
-void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) {
+void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_start, int64_t id_limit, Tensor& dtable) {
   rc::DeviceGuard guard(device_of(dtable, "embedding_backward"));
   check(ids.dtype() == DType::I32, "embedding_backward (CUDA): ids {} must be i32", ids.describe());
   const int64_t vocab = dtable.size(0), cols = dtable.size(1), n = ids.numel();
@@ -128,8 +134,9 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) {
   int32_t* positions_out = keys_out + n;
   void* sort_temp = static_cast<char*>(scratch.data()) + lists_bytes;
 
-  embedding_keys_kernel<<<grid_for(n, 256), 256, 0, stream>>>(ids.data<int32_t>(), n, static_cast<int>(vocab), keys_in,
-                                                              positions_in, rc::device_error_record());
+  embedding_keys_kernel<<<grid_for(n, 256), 256, 0, stream>>>(ids.data<int32_t>(), n, static_cast<int>(vocab),
+                                                              row_start, id_limit, keys_in, positions_in,
+                                                              rc::device_error_record());
   RETORT_CUDA_CHECK_LAUNCH();
   // Keys lie in [0, vocab], so only the low bits take part in the sort.
   RETORT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, keys_in, keys_out, positions_in,
@@ -147,7 +154,7 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) {
     fail_input(
         "embedding_backward: token id {} at position {} is outside the embedding table of {} rows: the data was made "
         "with a larger vocabulary than the model's",
-        bad->value, bad->position, vocab);
+        bad->value, bad->position, id_limit);
   }
 }
 

@@ -1,7 +1,6 @@
 #include "apps/checkpoint.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -31,35 +30,56 @@ std::vector<fs::path> complete_checkpoints(const fs::path& root) {
 
 }  // namespace
 
+std::string CheckpointShard::file(const std::string& stem) const {
+  if (tp_size == 1) return stem + ".safetensors";
+  return fmt::format("{}-tp{:02d}-of-{:02d}.safetensors", stem, tp_rank, tp_size);
+}
+
 fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const nn::Module& model,
-                         const optim::Optimizer& optimizer, const nlohmann::json& trainer_state, int keep_last) {
+                         const optim::Optimizer& optimizer, const nlohmann::json& trainer_state, int keep_last,
+                         const CheckpointShard& shard) {
+  auto barrier = [&] {
+    if (shard.barrier) shard.barrier();
+  };
   const fs::path root = checkpoints_root(run_dir);
-  fs::create_directories(root);
   const fs::path final_dir = root / fmt::format("step_{:08d}", step);
-  const fs::path temp_dir = root / fmt::format(".tmp_step_{:08d}_{}", step, ::getpid());
-  fs::remove_all(temp_dir);
-  fs::create_directories(temp_dir);
-
-  save_safetensors(temp_dir / "model.safetensors", model.state_dict(), {{"format", "retort"}});
-  const auto opt_state = optimizer.state();
-  save_safetensors(temp_dir / "optimizer.safetensors", opt_state.tensors, opt_state.metadata);
-  nlohmann::json state = trainer_state;
-  state["step"] = step;
-  write_text_atomic(temp_dir / "trainer.json", state.dump(2));
-
-  // Replacing an existing folder of the same step (a re-run after a resume) must not lose it midway:
-  // move the old one aside first, then rename the new one in.
-  const fs::path stale = root / fmt::format(".old_step_{:08d}", step);
-  if (fs::exists(final_dir)) {
-    fs::remove_all(stale);
-    fs::rename(final_dir, stale);
+  // Every rank must name the same folder, so no pid in it; a leftover from a crash is removed first.
+  const fs::path temp_dir = root / fmt::format(".tmp_step_{:08d}", step);
+  if (shard.main) {
+    fs::create_directories(root);
+    fs::remove_all(temp_dir);
+    fs::create_directories(temp_dir);
   }
-  fs::rename(temp_dir, final_dir);
-  write_text_atomic(root / "latest", final_dir.filename().string() + "\n");
-  fs::remove_all(stale);
-
-  auto dirs = complete_checkpoints(root);
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < dirs.size(); ++i) fs::remove_all(dirs[i]);
+  barrier();
+  if (shard.writes) {
+    save_safetensors(
+        temp_dir / shard.file("model"), model.state_dict(),
+        {{"format", "retort"}, {"tp_rank", std::to_string(shard.tp_rank)}, {"tp_size", std::to_string(shard.tp_size)}});
+    const auto opt_state = optimizer.state();
+    save_safetensors(temp_dir / shard.file("optimizer"), opt_state.tensors, opt_state.metadata);
+  }
+  if (shard.main) {
+    nlohmann::json state = trainer_state;
+    state["step"] = step;
+    state["tp"] = shard.tp_size;
+    write_text_atomic(temp_dir / "trainer.json", state.dump(2));
+  }
+  barrier();
+  if (shard.main) {
+    // Replacing an existing folder of the same step (a re-run after a resume) must not lose it midway:
+    // move the old one aside first, then rename the new one in.
+    const fs::path stale = root / fmt::format(".old_step_{:08d}", step);
+    if (fs::exists(final_dir)) {
+      fs::remove_all(stale);
+      fs::rename(final_dir, stale);
+    }
+    fs::rename(temp_dir, final_dir);
+    write_text_atomic(root / "latest", final_dir.filename().string() + "\n");
+    fs::remove_all(stale);
+    auto dirs = complete_checkpoints(root);
+    for (size_t i = 0; i + static_cast<size_t>(keep_last) < dirs.size(); ++i) fs::remove_all(dirs[i]);
+  }
+  barrier();
   return final_dir;
 }
 
@@ -76,18 +96,28 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
   return dir;
 }
 
-nlohmann::json load_checkpoint(const fs::path& dir, nn::Module& model, optim::Optimizer& optimizer) {
-  for (const char* file : {"model.safetensors", "optimizer.safetensors", "trainer.json"})
-    RETORT_INPUT_CHECK(fs::exists(dir / file), "checkpoint {} has no {}: it is incomplete", dir.string(), file);
-  model.load_state_dict(load_safetensors(dir / "model.safetensors").tensors);
-  auto opt = load_safetensors(dir / "optimizer.safetensors");
-  optimizer.load_state({opt.tensors, opt.metadata});
+nlohmann::json load_checkpoint(const fs::path& dir, nn::Module& model, optim::Optimizer& optimizer,
+                               const CheckpointShard& shard) {
+  RETORT_INPUT_CHECK(fs::exists(dir / "trainer.json"), "checkpoint {} has no trainer.json: it is incomplete",
+                     dir.string());
+  nlohmann::json state;
   try {
-    return nlohmann::json::parse(read_file(dir / "trainer.json"));
+    state = nlohmann::json::parse(read_file(dir / "trainer.json"));
   } catch (const nlohmann::json::exception& e) {
     throw InputError(
         fmt::format("{}/trainer.json is not valid JSON ({}): the checkpoint is corrupt", dir.string(), e.what()));
   }
+  const int saved_tp = state.value("tp", 1);
+  RETORT_INPUT_CHECK(saved_tp == shard.tp_size,
+                     "checkpoint {} was written with parallel.tp = {} but this run has parallel.tp = {}: resume with "
+                     "parallel.tp={}",
+                     dir.string(), saved_tp, shard.tp_size, saved_tp);
+  for (const std::string& file : {shard.file("model"), shard.file("optimizer")})
+    RETORT_INPUT_CHECK(fs::exists(dir / file), "checkpoint {} has no {}: it is incomplete", dir.string(), file);
+  model.load_state_dict(load_safetensors(dir / shard.file("model")).tensors);
+  auto opt = load_safetensors(dir / shard.file("optimizer"));
+  optimizer.load_state({opt.tensors, opt.metadata});
+  return state;
 }
 
 }  // namespace retort::apps

@@ -17,12 +17,14 @@ void add_launch_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--nproc", args->options.nproc, "ranks to start on this machine (one GPU each)")->required();
   cmd->add_option("--rendezvous", args->options.rendezvous,
                   "folder every rank can see (default: a fresh temporary one)");
-  cmd->add_flag("--exec", args->exec, "run a program instead of a retort subcommand");
+  cmd->add_flag("--exec", args->exec, "run a program instead of a retort subcommand (implied by a path with a /)");
   cmd->add_option("command", args->command, "after --: the retort subcommand and its arguments")->required();
   cmd->callback([args, exit_code] {
     std::vector<std::string> argv = args->command;
-    // A retort subcommand runs this very binary, so ranks use the same build as the launcher.
-    if (!args->exec) argv.insert(argv.begin(), "/proc/self/exe");
+    // A retort subcommand runs this very binary, so ranks use the same build as the launcher. A path (it has a
+    // '/') is a program, as with --exec.
+    const bool program = args->exec || argv.front().find('/') != std::string::npos;
+    if (!program) argv.insert(argv.begin(), "/proc/self/exe");
     *exit_code = launch_local(argv, args->options).exit_code;
   });
 }

@@ -13,8 +13,8 @@ int main(int argc, char** argv) {
   retort::setup_logging();
   CLI::App app{"retort: tensor-parallel training and distillation in C++ and CUDA"};
   app.require_subcommand(1);
-  retort::apps::add_train_command(app);
   int exit_code = 0;
+  retort::apps::add_train_command(app, &exit_code);
   retort::apps::add_launch_command(app, &exit_code);
   try {
     app.parse(argc, argv);

@@ -4,6 +4,7 @@
 namespace retort::apps {
 
 // Registers `retort train` on the command-line parser.
-void add_train_command(CLI::App& app);
+// exit_code: where a launch started by --nproc leaves its status.
+void add_train_command(CLI::App& app, int* exit_code);
 
 }  // namespace retort::apps

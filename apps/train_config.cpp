@@ -49,6 +49,11 @@ ConfigSchema training_schema() {
   s.add_float("optim.eps", 1e-8, "AdamW epsilon").greater_than(0);
   s.add_float("optim.grad_clip", 1.0, "global gradient norm limit (0: off)").min(0);
 
+  s.add_int("parallel.tp", 1,
+            "tensor-parallel ranks per model replica (the launch's ranks / tp replicas "
+            "train data-parallel)")
+      .range(1, 4096);
+
   s.add_string("loss.name", "cross_entropy", "training loss").choices({"cross_entropy"});
   s.add_int("loss.ignore_index", -100, "target id that contributes no loss");
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "apps/checkpoint.h"
+#include "apps/distributed_run.h"
 #include "apps/train_config.h"
 #include "core/autograd/grad_mode.h"
 #include "core/data/dataset.h"
@@ -18,8 +19,10 @@
 #include "core/util/human_format.h"
 #include "core/util/metrics_writer.h"
 #include "core/util/progress.h"
+#include "losses/cross_entropy.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
+#include "parallel/data_parallel.h"
 #include "parallel/gpt_model.h"
 
 namespace retort::apps {
@@ -45,6 +48,21 @@ Batch to_device(const data::TokenBatch& b, Device device) {
   return {Tensor::from_ints(b.inputs, {b.batch, b.seq}, device), Tensor::from_ints(b.targets, {b.batch, b.seq})};
 }
 
+Tensor training_loss(const Tensor& logits, const Tensor& targets, int ignore_index) {
+  losses::CrossEntropyOptions options;
+  options.ignore_index = ignore_index;
+  return losses::cross_entropy(logits, targets, options);
+}
+
+// The mean of a per-rank value over the dp group (every rank gets it; a no-op without data parallelism).
+double dp_mean(double value, const ProcessGrid& grid, Device device) {
+  if (grid.dp_size == 1) return value;
+  Tensor t = Tensor::scalar(value, device.is_cpu() ? DType::F64 : DType::F32, device);
+  grid.dp->all_reduce(t, ReduceOp::Sum);
+  return t.item() / grid.dp_size;
+}
+
+// Every rank evaluates the same validation batches (the tp ranks must, and the set is small).
 double evaluate(const GptModel& model, data::TokenLoader& loader, DType dtype, Device device, int ignore_index) {
   NoGradGuard no_grad;
   loader.reset();
@@ -54,17 +72,25 @@ double evaluate(const GptModel& model, data::TokenLoader& loader, DType dtype, D
   for (int64_t i = 0; i < batches; ++i) {
     Batch b = to_device(loader.next(), device);
     Tensor logits = model.forward(b.inputs, dtype);
-    total += ops::cross_entropy(logits, b.targets.to(device), ignore_index).item();
+    total += training_loss(logits, b.targets.to(device), ignore_index).item();
   }
   return total / static_cast<double>(std::max<int64_t>(batches, 1));
 }
 
 }  // namespace
 
-TrainResult run_training(const ResolvedConfig& config, Device device, bool resume) {
+TrainResult run_training(const ResolvedConfig& config, Device requested_device, bool resume) {
+  const DistributedRun dist = start_distributed_run(requested_device, static_cast<int>(config.get_int("parallel.tp")));
+  const ProcessGrid& grid = dist.grid;
+  const Device device = dist.device;
+  const bool main = dist.is_main();
+  // Logs come from rank 0; the others speak only of warnings and errors.
+  if (!main) spdlog::set_level(spdlog::level::warn);
+
   TrainResult result;
+  result.main_rank = main;
   result.run_dir = config.get_string("run.dir");
-  fs::create_directories(result.run_dir);
+  if (main) fs::create_directories(result.run_dir);
   const uint64_t seed = static_cast<uint64_t>(config.get_int("run.seed"));
 
   data::DatasetOptions data_options;
@@ -73,18 +99,22 @@ TrainResult run_training(const ResolvedConfig& config, Device device, bool resum
   data_options.vocab_size = config.get_int("data.vocab_size");
   data_options.val_fraction = config.get_double("data.val_fraction");
   data_options.seed = seed;
+  // Rank 0 builds (or checks) the tokenizer and shards; the others then find them cached.
+  if (!main) dist.barrier();
   const data::PreparedDataset dataset = data::prepare_token_dataset(data_options);
-  result.unigram_entropy = training_unigram_entropy(dataset);
+  if (main) dist.barrier();
+  if (main) result.unigram_entropy = training_unigram_entropy(dataset);
   spdlog::info("data: {} train / {} validation tokens, vocab {}, unigram entropy {:.3f} nats/token",
                dataset.train_tokens, dataset.val_tokens, dataset.vocab_size, result.unigram_entropy);
 
   const GptConfig model_config = gpt_config_from(config, dataset.vocab_size);
-  GptModel model(model_config);
+  GptModel model(model_config, grid.tp);
   model.initialize(seed);
   model.to(device);
   const DType dtype = dtype_from_name(config.get_string("model.dtype"));
-  spdlog::info("model: {} parameters, {} layers x {} wide, context {}, on {} ({})", model.parameter_count(),
-               model_config.n_layer, model_config.n_embd, model_config.block_size, device.str(), dtype_name(dtype));
+  spdlog::info("model: {} parameters{}, {} layers x {} wide, context {}, on {} ({})", model.parameter_count(),
+               grid.tp_size > 1 ? fmt::format(" on each of {} tp ranks", grid.tp_size) : "", model_config.n_layer,
+               model_config.n_embd, model_config.block_size, device.str(), dtype_name(dtype));
 
   optim::AdamWOptions adam{config.get_double("optim.beta1"), config.get_double("optim.beta2"),
                            config.get_double("optim.eps")};
@@ -94,33 +124,70 @@ TrainResult run_training(const ResolvedConfig& config, Device device, bool resum
   const int64_t batch_size = config.get_int("train.batch_size"), seq_len = config.get_int("train.seq_len");
   const int64_t grad_accum = config.get_int("train.grad_accum"), total_steps = config.get_int("train.steps");
   const int ignore_index = static_cast<int>(config.get_int("loss.ignore_index"));
+  // Each dp rank reads its own share of every epoch; the tp ranks of one dp rank read the same batches.
   data::TokenLoader train_loader(dataset.train_shards, dataset.vocab_size,
-                                 {batch_size, seq_len, data::LoaderMode::kTrain, seed, 0, 1, 0});
+                                 {batch_size, seq_len, data::LoaderMode::kTrain, seed, grid.dp_rank, grid.dp_size, 0});
   data::TokenLoader val_loader(
       dataset.val_shards, dataset.vocab_size,
       {batch_size, seq_len, data::LoaderMode::kEval, seed, 0, 1, config.get_int("train.eval_batches")});
+
+  CheckpointShard shard;
+  shard.tp_rank = grid.tp_rank;
+  shard.tp_size = grid.tp_size;
+  shard.writes = grid.dp_rank == 0;
+  shard.main = main;
+  if (dist.host_world) shard.barrier = [&dist] { dist.barrier(); };
+  const std::string loader_key = fmt::format("train_loader_dp{}", grid.dp_rank);
 
   int64_t step = 0;
   if (resume) {
     auto latest = latest_checkpoint(result.run_dir);
     RETORT_INPUT_CHECK(latest.has_value(), "--resume: {} has no checkpoint yet; run without --resume to start",
                        result.run_dir.string());
-    const nlohmann::json state = load_checkpoint(*latest, model, optimizer);
+    const nlohmann::json state = load_checkpoint(*latest, model, optimizer, shard);
     step = state.at("step").get<int64_t>();
-    train_loader.restore(state.at("train_loader").get<data::LoaderState>());
+    const int saved_dp = state.value("dp", 1);
+    RETORT_INPUT_CHECK(saved_dp == grid.dp_size,
+                       "checkpoint {} was written by {} data-parallel ranks but this run has {}: resume with the same "
+                       "number of ranks",
+                       latest->string(), saved_dp, grid.dp_size);
+    train_loader.restore(state.at(grid.dp_size == 1 ? "train_loader" : loader_key).get<data::LoaderState>());
     spdlog::info("resumed from {} at step {}", latest->string(), step);
   }
-  write_text_atomic(result.run_dir / "config.yaml", config.to_yaml(true));
-  MetricsWriter metrics = resume ? MetricsWriter::resume(result.run_dir / "metrics.jsonl", step)
-                                 : MetricsWriter::create(result.run_dir / "metrics.jsonl");
+  std::optional<MetricsWriter> metrics;
+  if (main) {
+    write_text_atomic(result.run_dir / "config.yaml", config.to_yaml(true));
+    metrics.emplace(resume ? MetricsWriter::resume(result.run_dir / "metrics.jsonl", step)
+                           : MetricsWriter::create(result.run_dir / "metrics.jsonl"));
+  }
 
   const int64_t eval_every = config.get_int("train.eval_every");
   const int64_t checkpoint_every = config.get_int("train.checkpoint_every");
   const int keep = static_cast<int>(config.get_int("train.keep_checkpoints"));
   const int64_t inject_nan_at = config.get_int("train.inject_nan_at_step");
   const double grad_clip = config.get_double("optim.grad_clip");
-  const int64_t tokens_per_step = batch_size * seq_len * grad_accum;
-  auto trainer_state = [&] { return nlohmann::json{{"train_loader", train_loader.state()}, {"seed", seed}}; };
+  const int64_t tokens_per_step = batch_size * seq_len * grad_accum * grid.dp_size;  // over all dp ranks
+  // Every dp rank's data position goes into trainer.json (gathered to rank 0 through a small all-gather).
+  auto trainer_state = [&] {
+    nlohmann::json state{{"seed", seed}, {"dp", grid.dp_size}};
+    if (grid.dp_size == 1) {
+      state["train_loader"] = train_loader.state();
+      return state;
+    }
+    const std::string mine = nlohmann::json(train_loader.state()).dump();
+    std::vector<int32_t> bytes(mine.begin(), mine.end());
+    bytes.resize(4096, 0);
+    RETORT_CHECK(mine.size() < 4096, "loader state of {} bytes does not fit the exchange", mine.size());
+    Tensor all = dist.host_world->all_gather(Tensor::from_ints(bytes, {1, 4096}), 0);
+    const auto flat = all.to_ints();
+    for (int w = 0; w < dist.env.world_size; ++w) {
+      if (w % grid.tp_size != 0) continue;  // one replica per dp rank
+      std::string text;
+      for (int i = 0; i < 4096 && flat[w * 4096 + i] != 0; ++i) text.push_back(static_cast<char>(flat[w * 4096 + i]));
+      state[fmt::format("train_loader_dp{}", w / grid.tp_size)] = nlohmann::json::parse(text);
+    }
+    return state;
+  };
   std::optional<fs::path> last_checkpoint = latest_checkpoint(result.run_dir);
 
   ProgressOptions progress_options;
@@ -128,6 +195,7 @@ TrainResult run_training(const ResolvedConfig& config, Device device, bool resum
   progress_options.total_steps = total_steps;
   progress_options.start_step = step;
   progress_options.log_every = config.get_int("train.log_every");
+  if (!main) progress_options.mode = ProgressMode::Lines;  // and its lines are below the log level
   ProgressReporter progress(progress_options);
   const auto run_start = std::chrono::steady_clock::now();
   int64_t tokens_this_run = 0;
@@ -138,8 +206,9 @@ TrainResult run_training(const ResolvedConfig& config, Device device, bool resum
     for (int64_t micro = 0; micro < grad_accum; ++micro) {
       Batch b = to_device(train_loader.next(), device);
       Tensor logits = model.forward(b.inputs, dtype);
-      Tensor loss = ops::cross_entropy(logits, b.targets.to(device), ignore_index);
-      double value = loss.item();
+      Tensor loss = training_loss(logits, b.targets.to(device), ignore_index);
+      // Every rank decides on the same value, so a NaN on one dp rank stops them all at the same step.
+      double value = dp_mean(loss.item(), grid, device);
       if (step == inject_nan_at) value = std::nan("");
       if (!std::isfinite(value)) {
         progress.finish();
@@ -152,6 +221,7 @@ TrainResult run_training(const ResolvedConfig& config, Device device, bool resum
       step_loss += value / static_cast<double>(grad_accum);
       (grad_accum == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(grad_accum))).backward();
     }
+    average_gradients(model.parameters(), grid.dp);
     const double grad_norm = optim::clip_grad_norm(model.parameters(), grad_clip);
     const double lr = schedule.at(step);
     optimizer.step(lr);
@@ -174,10 +244,10 @@ TrainResult run_training(const ResolvedConfig& config, Device device, bool resum
       progress.log(
           fmt::format("step {}: validation loss {:.4f}, perplexity {:.1f}", step, eval_loss, std::exp(eval_loss)));
     }
-    metrics.write(step, record);
+    if (metrics) metrics->write(step, record);
     progress.update({step, step_loss, lr, tokens_per_step, {{"gnorm", grad_norm}}});
     if ((checkpoint_every > 0 && step % checkpoint_every == 0) || step == total_steps)
-      last_checkpoint = save_checkpoint(result.run_dir, step, model, optimizer, trainer_state(), keep);
+      last_checkpoint = save_checkpoint(result.run_dir, step, model, optimizer, trainer_state(), keep, shard);
   }
   progress.finish();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();

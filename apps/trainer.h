@@ -17,6 +17,7 @@ struct TrainResult {
   double final_eval_loss = 0;
   double unigram_entropy = 0;  // nats/token of the training tokens: the loss of the best context-free model
   double tokens_per_second = 0;
+  bool main_rank = true;  // world rank 0: the one that reports
 };
 
 TrainResult run_training(const ResolvedConfig& config, Device device, bool resume);

@@ -504,23 +504,27 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
 
 TEST(CudaEmbedding, ForwardBackward) {
   SKIP_WITHOUT_GPU();
-  for (DType dtype : kFloatTypes) {
-    for (int64_t cols : {1, 7, 64, 768, 1023}) {
-      const int64_t vocab = 1000, n = 37;
-      const std::string tag = fmt::format("{} V{} C{} N{}", name(dtype), vocab, cols, n);
-      Tensor table = offset_rows_gpu(vocab, cols, dtype, cols);
-      Tensor ids = Tensor::from_ints(random_ids(n, vocab, cols), {n}, kGpu);
-      Tensor out = poisoned({n, cols}, dtype), ref = poisoned({n, cols}, dtype, kCpu);
-      gpu::embedding_forward(table, ids, out);
-      cpu::embedding_forward(host(table), host(ids), ref);
-      EXPECT_EQ(relative_error(out, ref), 0.0) << "embedding_forward " << tag;
+  const int64_t vocab = 1000, n = 37;
+  // The whole table, and a vocab shard (rows 250..499 of 1000) that owns only some of the ids.
+  for (auto [row_start, rows] : {std::pair<int64_t, int64_t>{0, vocab}, {250, 250}}) {
+    for (DType dtype : kFloatTypes) {
+      for (int64_t cols : {1, 7, 64, 768, 1023}) {
+        const std::string tag =
+            fmt::format("{} rows [{}, {}) of V{} C{} N{}", name(dtype), row_start, row_start + rows, vocab, cols, n);
+        Tensor table = offset_rows_gpu(rows, cols, dtype, cols);
+        Tensor ids = Tensor::from_ints(random_ids(n, vocab, cols), {n}, kGpu);
+        Tensor out = poisoned({n, cols}, dtype), ref = poisoned({n, cols}, dtype, kCpu);
+        gpu::embedding_forward(table, ids, row_start, vocab, out);
+        cpu::embedding_forward(host(table), host(ids), row_start, vocab, ref);
+        EXPECT_EQ(relative_error(out, ref), 0.0) << "embedding_forward " << tag;
 
-      Tensor dout = random_gpu({n, cols}, dtype, 5);
-      Tensor dtable = random_gpu({vocab, cols}, dtype, 6);
-      Tensor rdtable = host(dtable).to(DType::F32);
-      gpu::embedding_backward(dout, ids, dtable);
-      cpu::embedding_backward(host(dout), host(ids), rdtable);
-      expect_close("embedding_backward " + tag, dtable, rdtable, tolerance(dtype));
+        Tensor dout = random_gpu({n, cols}, dtype, 5);
+        Tensor dtable = random_gpu({rows, cols}, dtype, 6);
+        Tensor rdtable = host(dtable).to(DType::F32);
+        gpu::embedding_backward(dout, ids, row_start, vocab, dtable);
+        cpu::embedding_backward(host(dout), host(ids), row_start, vocab, rdtable);
+        expect_close("embedding_backward " + tag, dtable, rdtable, tolerance(dtype));
+      }
     }
   }
 }
@@ -535,11 +539,11 @@ TEST(CudaEmbedding, BackwardIsDeterministicWithManyRepeats) {
   std::vector<float> first;
   for (int run = 0; run < 3; ++run) {
     Tensor dtable = Tensor::zeros({vocab, cols}, DType::F32, kGpu);
-    gpu::embedding_backward(dout, ids, dtable);
+    gpu::embedding_backward(dout, ids, 0, vocab, dtable);
     if (run == 0) {
       first = dtable.to_floats();
       Tensor ref = Tensor::zeros({vocab, cols}, DType::F32, kCpu);
-      cpu::embedding_backward(host(dout), host(ids), ref);
+      cpu::embedding_backward(host(dout), host(ids), 0, vocab, ref);
       expect_close("embedding_backward 8192 ids over 50 rows", dtable, ref, 1e-5);
     } else {
       ASSERT_EQ(dtable.to_floats(), first) << "run " << run << " differs bitwise";
@@ -553,16 +557,16 @@ TEST(CudaEmbedding, IdsOutOfRangeThrowWithoutCorruptingMemory) {
   Tensor table = random_gpu({vocab, cols}, DType::F32, 1);
   Tensor bad = Tensor::from_ints({1, 10, 3, -1}, {4}, kGpu);
   Tensor out = poisoned({4, cols}, DType::F32);
-  EXPECT_THROW(gpu::embedding_forward(table, bad, out), InputError);
+  EXPECT_THROW(gpu::embedding_forward(table, bad, 0, vocab, out), InputError);
   const std::vector<float> got = out.to_floats();
   for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(got[1 * cols + c], 0.f) << "the bad row is written as zeros";
   Tensor dtable = Tensor::zeros({vocab, cols}, DType::F32, kGpu);
-  EXPECT_THROW(gpu::embedding_backward(random_gpu({4, cols}, DType::F32, 2), bad, dtable), InputError);
+  EXPECT_THROW(gpu::embedding_backward(random_gpu({4, cols}, DType::F32, 2), bad, 0, vocab, dtable), InputError);
   // The error was reported once and cleared: a valid call afterwards succeeds.
   Tensor good = Tensor::from_ints({1, 9, 3, 0}, {4}, kGpu);
-  EXPECT_NO_THROW(gpu::embedding_forward(table, good, out));
+  EXPECT_NO_THROW(gpu::embedding_forward(table, good, 0, vocab, out));
   Tensor ref = poisoned({4, cols}, DType::F32, kCpu);
-  cpu::embedding_forward(host(table), host(good), ref);
+  cpu::embedding_forward(host(table), host(good), 0, vocab, ref);
   EXPECT_EQ(relative_error(out, ref), 0.0);
 }
 
@@ -695,11 +699,11 @@ TEST(CudaKernelTiming, DISABLED_Gpt2SmallShapes) {
   {
     Tensor table = random_gpu({V, C}, bf, 11), out = Tensor::empty({N, C}, bf, kGpu);
     Tensor ids = Tensor::from_ints(random_ids(N, V, 12), {N}, kGpu);
-    report_time("embedding_forward 8192 x 768 (+sync)", median_ms([&] { gpu::embedding_forward(table, ids, out); }),
-                2 * N * C * e);
+    report_time("embedding_forward 8192 x 768 (+sync)",
+                median_ms([&] { gpu::embedding_forward(table, ids, 0, V, out); }), 2 * N * C * e);
     Tensor dtable = Tensor::zeros({V, C}, DType::F32, kGpu);
-    report_time("embedding_backward 8192 x 768 (+sync)", median_ms([&] { gpu::embedding_backward(out, ids, dtable); }),
-                N * C * e + 2 * N * C * 4.0);
+    report_time("embedding_backward 8192 x 768 (+sync)",
+                median_ms([&] { gpu::embedding_backward(out, ids, 0, V, dtable); }), N * C * e + 2 * N * C * 4.0);
   }
   for (DType dtype : {DType::BF16, DType::F32}) {
     Tensor a = random_gpu({N, C}, dtype, 13), w = random_gpu({C, 3 * C}, dtype, 14);

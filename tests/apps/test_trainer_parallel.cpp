@@ -1,0 +1,129 @@
+// `retort train` over several processes (the real binary, started by the launcher as a user would): tensor
+// parallelism follows the dense run step for step, a tp = 2 run resumes bit-identically after a NaN stop, and
+// a checkpoint refuses to load at another tp. The tiny config matches test_trainer.cpp's.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "apps/launcher.h"
+#include "apps/train_config.h"
+#include "apps/trainer.h"
+#include "core/config/config.h"
+#include "core/util/error.h"
+
+namespace retort::apps {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> tiny(const fs::path& run_dir) {
+  return {"run.dir=" + run_dir.string(),
+          "data.corpus=/usr/share/games/fortunes/computers",
+          "data.dir=" + (fs::temp_directory_path() / "retort_test_tiny_data").string(),
+          "data.vocab_size=512",
+          "model.block_size=16",
+          "model.n_layer=1",
+          "model.n_head=2",
+          "model.n_embd=32",
+          "train.batch_size=4",
+          "train.seq_len=16",
+          "train.steps=6",
+          "train.eval_every=3",
+          "train.eval_batches=2",
+          "train.checkpoint_every=3",
+          "optim.warmup_steps=2"};
+}
+
+fs::path fresh(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("retort_test_tp_" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+std::vector<nlohmann::json> metrics(const fs::path& run_dir) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+int train_ranks(int nproc, std::vector<std::string> args) {
+  std::vector<std::string> argv{RETORT_BINARY, "train"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  LaunchOptions options;
+  options.nproc = nproc;
+  options.grace = std::chrono::seconds(2);
+  return launch_local(argv, options).exit_code;
+}
+
+ResolvedConfig resolve(const std::vector<std::string>& overrides) {
+  Config config;
+  config.apply_overrides(overrides);
+  return config.resolve(training_schema());
+}
+
+TEST(TrainerParallel, TensorParallelFollowsTheDenseRun) {
+  const fs::path dense = fresh("dense"), tp2 = fresh("tp2");
+  run_training(resolve(tiny(dense)), Device::cpu(), false);
+  auto args = tiny(tp2);
+  args.push_back("parallel.tp=2");
+  ASSERT_EQ(train_ranks(2, args), 0);
+  const auto a = metrics(dense), b = metrics(tp2);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double la = a[i]["loss"].get<double>(), lb = b[i]["loss"].get<double>();
+    EXPECT_NEAR(lb, la, 1e-5 * la) << "step " << i + 1;
+    EXPECT_NEAR(b[i]["grad_norm"].get<double>(), a[i]["grad_norm"].get<double>(), 1e-4) << "step " << i + 1;
+  }
+  EXPECT_NEAR(b[5]["eval_loss"].get<double>(), a[5]["eval_loss"].get<double>(), 1e-5);
+  EXPECT_TRUE(fs::exists(tp2 / "checkpoints" / "step_00000006" / "model-tp01-of-02.safetensors"));
+}
+
+TEST(TrainerParallel, TensorParallelResumeIsBitIdenticalAndTpMustMatch) {
+  const fs::path straight = fresh("straight"), interrupted = fresh("interrupted");
+  auto args = tiny(straight);
+  args.push_back("parallel.tp=2");
+  ASSERT_EQ(train_ranks(2, args), 0);
+  auto broken = tiny(interrupted);
+  broken.push_back("parallel.tp=2");
+  broken.push_back("train.inject_nan_at_step=3");
+  EXPECT_NE(train_ranks(2, broken), 0) << "a NaN loss must stop every rank with an error";
+  auto resume = tiny(interrupted);
+  resume.insert(resume.end(), {"parallel.tp=2", "--resume"});
+  ASSERT_EQ(train_ranks(2, resume), 0);
+  const auto a = metrics(straight), b = metrics(interrupted);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << "step " << i + 1;
+  EXPECT_EQ(a[5]["eval_loss"].get<double>(), b[5]["eval_loss"].get<double>());
+
+  // The same checkpoint in a single process (tp 1) is refused, naming both values.
+  try {
+    run_training(resolve(tiny(straight)), Device::cpu(), true);
+    FAIL() << "a tp = 2 checkpoint was loaded at tp = 1";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.tp = 2 but this run has parallel.tp = 1"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TrainerParallel, TpThatDoesNotFitIsAClearError) {
+  try {
+    auto overrides = tiny(fresh("single"));
+    overrides.push_back("parallel.tp=2");
+    run_training(resolve(overrides), Device::cpu(), false);
+    FAIL() << "tp = 2 in one process was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("add --nproc 2"), std::string::npos) << e.what();
+  }
+  auto args = tiny(fresh("three_heads"));
+  args.insert(args.end(), {"parallel.tp=2", "model.n_head=1"});
+  EXPECT_NE(train_ranks(2, args), 0) << "one head cannot split over 2 ranks";
+}
+
+}  // namespace
+}  // namespace retort::apps

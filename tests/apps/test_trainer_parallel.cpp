@@ -3,6 +3,7 @@
 // a checkpoint refuses to load at another tp. The tiny config matches test_trainer.cpp's.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -50,7 +51,9 @@ std::vector<nlohmann::json> metrics(const fs::path& run_dir) {
 }
 
 int train_ranks(int nproc, std::vector<std::string> args) {
-  std::vector<std::string> argv{RETORT_BINARY, "train"};
+  // The build's binary, or RETORT_BINARY when the tests run from a bundle moved to another machine.
+  const char* moved = std::getenv("RETORT_BINARY");
+  std::vector<std::string> argv{moved != nullptr ? moved : RETORT_BINARY, "train"};
   argv.insert(argv.end(), args.begin(), args.end());
   LaunchOptions options;
   options.nproc = nproc;

@@ -35,6 +35,8 @@ a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
 d = [abs(x["loss"] - y["loss"]) / x["loss"] for x, y in zip(a, b)]
 e = [(x["step"], x["eval_loss"], y["eval_loss"]) for x, y in zip(a, b) if "eval_loss" in x]
 print(f"tp1 vs tp2 on GPUs: {len(d)} steps, max relative loss difference {max(d):.2e}, last {d[-1]:.2e}")
+marks = [s for s in (1, 2, 5, 10, 20, 50, 100, 200, 300, 400, 500, 600, 800, 1000) if s <= len(d)]
+print("  relative difference by step: " + ", ".join(f"{s}: {d[s - 1]:.1e}" for s in marks))
 for s, x, y in e:
     print(f"  step {s}: eval loss tp1 {x:.6f}  tp2 {y:.6f}")
 print(f"  tokens/s (last step): tp1 {a[-1]['tokens_per_s']:.0f}  tp2 {b[-1]['tokens_per_s']:.0f}")

@@ -91,6 +91,10 @@ int normalise_dim(int dim, const Tensor& tensor, std::string_view collective, co
 
 }  // namespace
 
+std::string seconds_text(std::chrono::milliseconds duration) {
+  return fmt::format("{:g} s", static_cast<double>(duration.count()) / 1000.0);
+}
+
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:

@@ -87,6 +87,9 @@ class Communicator {
   std::string signature_mismatch(const std::vector<CollectiveSignature>& all) const;
 };
 
+// "3 s", "0.5 s": how error messages state a timeout.
+std::string seconds_text(std::chrono::milliseconds duration);
+
 // Validates a rank argument (root, a member of a group) against a group size.
 void check_rank_in_group(int rank, int size, std::string_view what, const Communicator& group);
 

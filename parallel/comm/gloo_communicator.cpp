@@ -29,10 +29,6 @@ ReduceFn reduce_function(ReduceOp op) {
   return op == ReduceOp::Sum ? static_cast<ReduceFn>(&gloo::sum<T>) : static_cast<ReduceFn>(&gloo::max<T>);
 }
 
-std::string seconds_text(std::chrono::milliseconds duration) {
-  return fmt::format("{:g} s", static_cast<double>(duration.count()) / 1000.0);
-}
-
 std::string join_ranks(const std::vector<int>& ranks) {
   std::string text;
   for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);

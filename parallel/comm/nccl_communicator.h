@@ -8,10 +8,14 @@
 // after it, so callers see the usual stream semantics and tensors freed through the stream-ordered pool are
 // never reused while NCCL still reads them. bf16 is reduced natively (NCCL accumulates in its own precision).
 //
-// Timeouts: the communicator is non-blocking (ncclConfig_t::blocking = 0): no NCCL call can block the host
-// forever. A watchdog thread polls each collective's completion event and ncclCommGetAsyncError; a collective
+// Timeouts: a watchdog thread polls each collective's completion event and ncclCommGetAsyncError; a collective
 // that has not finished within the timeout, or an asynchronous NCCL error, aborts the communicator
 // (ncclCommAbort, which also ends the kernels spinning on a dead peer) and every later call throws the reason.
+// The NCCL id travels over the Gloo bootstrap, whose own timeout catches a rank that never arrives.
+// Blocking mode (the default, as in PyTorch) launches a collective in a few microseconds. Non-blocking mode
+// (ncclConfig_t::blocking = 0) also bounds every host-side NCCL call by the timeout, at the price of ~50-100 us of
+// host time per collective (docs/benchmarks.md measures both); choose it with NcclOptions::blocking = false or
+// RETORT_NCCL_BLOCKING=0.
 #ifdef RETORT_WITH_CUDA
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -34,6 +38,8 @@ struct NcclOptions {
   // Check signatures over the bootstrap Gloo group before each collective (a host round trip per call; for
   // debugging a hang rather than for training runs).
   bool check_metadata = false;
+  // NCCL's blocking mode (see above); false makes every NCCL host call return at once and poll with a deadline.
+  bool blocking = true;
 };
 
 class NcclCommunicator final : public Communicator {

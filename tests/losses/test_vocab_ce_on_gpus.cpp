@@ -1,8 +1,7 @@
 // The fused CUDA cross-entropy against the CPU path: one GPU (tp 1) and two GPUs over NCCL (tp 2, thread
 // ranks), f32 and bf16 logits, label smoothing and z-loss, masked rows. Skipped without GPUs.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <random>
 
@@ -62,7 +61,8 @@ TEST(VocabCrossEntropyGpu, OneGpuMatchesTheCpuPath) {
         EXPECT_NEAR(gpu_loss.item(), cpu_loss.item(), 1e-5 * std::abs(cpu_loss.item()));
         cpu_loss.backward();
         gpu_loss.backward();
-        EXPECT_LE(max_rel(gpu_logits.grad(), cpu_logits.grad()), dtype == DType::BF16 ? 1e-2 : 1e-5);
+        // f32: S sums 32k exponentials in another order on each side (~sqrt(V) ulp); bf16: one rounding of the grad.
+        EXPECT_LE(max_rel(gpu_logits.grad(), cpu_logits.grad()), dtype == DType::BF16 ? 1e-2 : 4e-5);
       }
     }
   }

@@ -32,7 +32,7 @@ TEST(CommNccl, CollectivesOnTwoGpus) {
     auto comm = NcclCommunicator::create(std::dynamic_pointer_cast<GlooCommunicator>(gloo), rank, options);
     const Device gpu = Device::cuda(rank);
 
-    for (DType dtype : {DType::F32, DType::BF16, DType::I32, DType::F64}) {
+    for (DType dtype : {DType::F32, DType::BF16, DType::I32}) {  // f64 tensors are CPU-only
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
         Tensor t = rank_tensor(rank, {1000003}, dtype).to(gpu);
         comm->all_reduce(t, op);
@@ -75,6 +75,35 @@ TEST(CommNccl, CollectivesOnTwoGpus) {
     self->all_reduce(one);
     EXPECT_EQ(one.to_doubles()[0], 2.0);
   });
+#endif
+}
+
+TEST(CommNccl, ADeadPeerBecomesAnErrorWithinTheTimeout) {
+#ifndef RETORT_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs two GPUs, found " << cuda_device_count();
+  for (bool blocking : {true, false}) {
+    SCOPED_TRACE(blocking ? "blocking mode" : "non-blocking mode");
+    const auto start = std::chrono::steady_clock::now();
+    const auto failures = run_ranks_collect(2, [blocking](std::shared_ptr<Communicator> gloo) {
+      const int rank = gloo->rank();
+      NcclOptions options;
+      options.timeout = std::chrono::seconds(3);
+      options.blocking = blocking;
+      auto comm = NcclCommunicator::create(std::dynamic_pointer_cast<GlooCommunicator>(gloo), rank, options);
+      if (rank == 1) throw InputError("rank 1 stops here on purpose");
+      Tensor t = Tensor::full({1 << 20}, 1.0, DType::F32, Device::cuda(rank));
+      comm->all_reduce(t);  // enqueued; its kernel waits for a peer that never comes
+      comm->barrier();      // host-blocking: must give up when the watchdog aborts
+    });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_EQ(failures.size(), 2u);
+    EXPECT_EQ(failures[0].rank, 1);
+    EXPECT_EQ(failures[1].rank, 0);
+    EXPECT_NE(failures[1].message.find("did not finish within 3 s"), std::string::npos) << failures[1].message;
+    EXPECT_LT(seconds, 30.0) << "the surviving rank must stop within the timeout";
+  }
 #endif
 }
 

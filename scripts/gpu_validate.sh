@@ -17,7 +17,7 @@ cd "$out"
 status=0
 for t in "$bundle"/tests/retort_*_tests; do
   name=$(basename "$t")
-  "$t" >"$out/$name.log" 2>&1 || status=1
+  timeout 600 "$t" >"$out/$name.log" 2>&1 || status=1
   echo "$name: $(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran|SKIPPED \]' "$out/$name.log" | tr '\n' ' ')"
 done
 grep -h "FAILED  \]" "$out"/*.log | sort -u
@@ -29,6 +29,10 @@ if ((gpus >= 2)); then
   "$bundle/retort" train --nproc 2 "${common[@]}" run.dir="$out/toy-tp2" parallel.tp=2 >"$out/train-tp2.log" 2>&1 ||
     status=1
   tail -4 "$out/train-tp2.log"
+  # The same run with NCCL's blocking mode (NcclOptions::blocking): what the non-blocking default costs.
+  RETORT_NCCL_BLOCKING=1 "$bundle/retort" train --nproc 2 "${common[@]}" run.dir="$out/toy-tp2-blocking" parallel.tp=2 \
+    >"$out/train-tp2-blocking.log" 2>&1 || status=1
+  grep "train done" "$out/train-tp2-blocking.log" | tail -1
   python3 - "$out/toy-tp1/metrics.jsonl" "$out/toy-tp2/metrics.jsonl" <<'PY' | tee "$out/tp-compare.txt"
 import json, sys
 a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
@@ -39,7 +43,8 @@ marks = [s for s in (1, 2, 5, 10, 20, 50, 100, 200, 300, 400, 500, 600, 800, 100
 print("  relative difference by step: " + ", ".join(f"{s}: {d[s - 1]:.1e}" for s in marks))
 for s, x, y in e:
     print(f"  step {s}: eval loss tp1 {x:.6f}  tp2 {y:.6f}")
-print(f"  tokens/s (last step): tp1 {a[-1]['tokens_per_s']:.0f}  tp2 {b[-1]['tokens_per_s']:.0f}")
+med = lambda rows: sorted(r["tokens_per_s"] for r in rows)[len(rows) // 2]
+print(f"  tokens/s (median step): tp1 {med(a):.0f}  tp2 {med(b):.0f}")
 PY
   mkdir -p "$out/b/apps" "$out/b/bench"
   ln -sf "$bundle/retort" "$out/b/apps/retort"

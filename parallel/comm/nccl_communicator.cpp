@@ -72,7 +72,7 @@ void NcclCommunicator::init() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   // See NcclOptions::blocking; RETORT_NCCL_BLOCKING=0|1 overrides the option for a whole run.
   bool blocking = options_.blocking;
-  if (const char* env = std::getenv("RETORT_NCCL_BLOCKING")) blocking = std::string_view(env) != "0";
+  if (const char* env = std::getenv("RETORT_NCCL_BLOCKING")) blocking = std::string_view(env) == "1";
   config.blocking = blocking ? 1 : 0;
   const auto deadline = Clock::now() + options_.timeout;
   const ncclResult_t status = ncclCommInitRankConfig(&comm_, size(), id, rank(), &config);

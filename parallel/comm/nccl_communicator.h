@@ -12,10 +12,12 @@
 // that has not finished within the timeout, or an asynchronous NCCL error, aborts the communicator
 // (ncclCommAbort, which also ends the kernels spinning on a dead peer) and every later call throws the reason.
 // The NCCL id travels over the Gloo bootstrap, whose own timeout catches a rank that never arrives.
-// Blocking mode (the default, as in PyTorch) launches a collective in a few microseconds. Non-blocking mode
-// (ncclConfig_t::blocking = 0) also bounds every host-side NCCL call by the timeout, at the price of ~50-100 us of
-// host time per collective (docs/benchmarks.md measures both); choose it with NcclOptions::blocking = false or
-// RETORT_NCCL_BLOCKING=0.
+// The communicator is non-blocking by default (ncclConfig_t::blocking = 0): every host-side NCCL call returns
+// at once and is polled with the deadline, so no NCCL call can hold a rank forever. That costs ~50-100 us of
+// host time per collective, which matters for small messages (docs/benchmarks.md measures both modes).
+// NcclOptions::blocking = true or RETORT_NCCL_BLOCKING=1 selects NCCL's blocking mode, as PyTorch uses:
+// collectives launch in microseconds, but a host call that blocks inside NCCL (teardown next to a dead peer;
+// ranks as threads of one process) is outside the timeout's reach.
 #ifdef RETORT_WITH_CUDA
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -38,8 +40,8 @@ struct NcclOptions {
   // Check signatures over the bootstrap Gloo group before each collective (a host round trip per call; for
   // debugging a hang rather than for training runs).
   bool check_metadata = false;
-  // NCCL's blocking mode (see above); false makes every NCCL host call return at once and poll with a deadline.
-  bool blocking = true;
+  // NCCL's blocking mode (see above): faster small collectives, weaker guarantee against hangs.
+  bool blocking = false;
 };
 
 class NcclCommunicator final : public Communicator {

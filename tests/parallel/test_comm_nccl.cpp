@@ -83,8 +83,9 @@ TEST(CommNccl, ADeadPeerBecomesAnErrorWithinTheTimeout) {
   GTEST_SKIP() << "built without CUDA";
 #else
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs two GPUs, found " << cuda_device_count();
-  for (bool blocking : {true, false}) {
-    SCOPED_TRACE(blocking ? "blocking mode" : "non-blocking mode");
+  // The default, non-blocking mode: every NCCL host call is bounded by the timeout. (Blocking mode gives no such
+  // guarantee for thread ranks of one process, where a dead rank's teardown can wait inside NCCL for its peer.)
+  for (bool blocking : {false}) {
     const auto start = std::chrono::steady_clock::now();
     const auto failures = run_ranks_collect(2, [blocking](std::shared_ptr<Communicator> gloo) {
       const int rank = gloo->rank();

@@ -3,11 +3,12 @@
 // clang-format on
 
 // The fused CUDA passes of the vocab-parallel cross-entropy (see cross_entropy_kernels.h). local_stats reads
-// every logit once (an online max / sum of exp, the running sum of logits and the owned target logit, one
-// block per row, 16-byte loads); backward reads them once more and writes the gradient. rescale and finish
-// touch O(rows) values; finish is one block that also reduces the loss and the valid count on the device, so
-// nothing waits for the host. A target outside the global vocabulary is recorded on the device and thrown
-// after the launch.
+// every logit once, one block per row with 16-byte loads: an online max carries sum exp(x - max) and, with
+// label smoothing, sum (x - max) along, both rescaled whenever the max moves, so the smoothing sum is taken
+// of shifted logits (logits x1000 would cancel catastrophically in sum x - V m). backward reads the logits
+// once more and writes (or adds) the gradient. rescale and finish touch O(rows) values; finish is one block
+// that also reduces the loss and the valid count on the device, so nothing waits for the host. A target
+// outside the global vocabulary is recorded on the device, never used as an index.
 #include "losses/kernels/cross_entropy_kernels.h"
 
 namespace retort::losses::kernels::cuda {
@@ -21,72 +22,142 @@ __device__ __forceinline__ bool owned(int t, const CrossEntropyParams& p, int64_
   return t >= p.vocab_start && t < p.vocab_start + vocab_local;
 }
 
-template <typename T>
+// Running statistics of a stream of logits, relative to its running max: sum exp(x - max) and (kShifted) sum
+// (x - max) over the `count` finite values seen. A -inf value only sets a flag: it adds 0 to the first sum
+// and makes the second -inf, and subtracting it from anything would risk -inf - -inf = NaN. No member
+// initialisers: a __shared__ array of it must be trivially constructible; start from empty().
+template <bool kShifted>
+struct RowStats {
+  float max;
+  float sum;
+  float shifted;
+  int count;
+  int neg_inf;
+
+  __device__ __forceinline__ static RowStats empty() { return {-INFINITY, 0.f, 0.f, 0, 0}; }
+
+  __device__ __forceinline__ void add(float x) {
+    if (x == -INFINITY) {
+      neg_inf = 1;
+      return;
+    }
+    if (x > max) {
+      if (count == 0) {
+        sum = 1.f;
+      } else {
+        const float d = max - x;  // < 0: earlier terms shrink relative to the new max
+        sum = sum * expf(d) + 1.f;
+        if constexpr (kShifted) shifted += static_cast<float>(count) * d;
+      }
+      max = x;
+    } else {
+      sum += expf(x - max);
+      if constexpr (kShifted) shifted += x - max;
+    }
+    ++count;
+  }
+
+  __device__ __forceinline__ void merge(const RowStats& o) {
+    neg_inf |= o.neg_inf;
+    if (o.count == 0) return;
+    if (count == 0) {
+      max = o.max, sum = o.sum, shifted = o.shifted, count = o.count;
+      return;
+    }
+    const float m = fmaxf(max, o.max), da = max - m, db = o.max - m;
+    sum = sum * expf(da) + o.sum * expf(db);
+    if constexpr (kShifted)
+      shifted = shifted + static_cast<float>(count) * da + o.shifted + static_cast<float>(o.count) * db;
+    count += o.count;
+    max = m;
+  }
+
+  __device__ __forceinline__ RowStats shuffled(int offset) const {
+    RowStats o = empty();
+    o.max = __shfl_xor_sync(0xffffffffu, max, offset);
+    o.sum = __shfl_xor_sync(0xffffffffu, sum, offset);
+    if constexpr (kShifted) o.shifted = __shfl_xor_sync(0xffffffffu, shifted, offset);
+    o.count = __shfl_xor_sync(0xffffffffu, count, offset);
+    o.neg_inf = __shfl_xor_sync(0xffffffffu, neg_inf, offset);
+    return o;
+  }
+};
+
+// The block's statistics, returned to every thread; `scratch` holds one RowStats per warp.
+template <bool kShifted>
+__device__ __forceinline__ RowStats<kShifted> block_row_stats(RowStats<kShifted> v, RowStats<kShifted>* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v.merge(v.shuffled(o));
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  RowStats<kShifted> total = lane < warps ? scratch[lane] : RowStats<kShifted>::empty();
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) total.merge(total.shuffled(o));
+  __syncthreads();  // scratch is reused by the next row
+  return total;
+}
+
+template <typename T, bool kShifted>
 __global__ void local_stats_kernel(const T* logits, const int32_t* targets, CrossEntropyParams p, float* local_max,
-                                   float* partials, int64_t rows, int64_t vocab, rc::DeviceErrorRecord* errors) {
-  __shared__ float scratch[64];
+                                   float* partials, int cols, int64_t rows, int64_t vocab,
+                                   rc::DeviceErrorRecord* errors) {
+  __shared__ RowStats<kShifted> scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = logits + r * vocab;
-    OnlineLse acc;
-    float sum_x = 0.f;
-    bool any_neg_inf = false;
-    visit_row(xr, vocab, [&](int64_t, float v) {
-      acc.add(v);
-      if (v == -INFINITY)
-        any_neg_inf = true;
-      else
-        sum_x += v;
-    });
-    acc = block_lse(acc, scratch);
-    sum_x = block_sum(sum_x, scratch);
-    const bool neg_inf = block_sum(any_neg_inf ? 1.f : 0.f, scratch) > 0.f;
+    auto acc = RowStats<kShifted>::empty();
+    visit_row(xr, vocab, [&](int64_t, float v) { acc.add(v); });
+    acc = block_row_stats(acc, scratch);
     if (threadIdx.x != 0) continue;
     const int t = targets[r];
-    if (t != p.ignore_index && (t < 0 || t >= p.vocab_total)) report_bad_index(errors, t, r);
+    const bool bad = t != p.ignore_index && (t < 0 || t >= p.vocab_total);
+    if (bad) report_bad_index(errors, t, r);
     local_max[r] = acc.max;
-    float* out = partials + r * kPartials;
-    out[0] = acc.sum;
-    out[1] = t != p.ignore_index && owned(t, p, vocab) ? to_f32(xr[t - p.vocab_start]) : 0.f;
-    // sum (x - m_r) over the finite entries; one -inf entry makes the smoothing term -inf (as the math says)
-    out[2] = neg_inf || acc.max == -INFINITY ? -INFINITY : sum_x - static_cast<float>(vocab) * acc.max;
+    float* out = partials + r * cols;
+    out[kSumExp] = acc.sum;
+    out[kTargetLogit] = !bad && t != p.ignore_index && owned(t, p, vocab) ? to_f32(xr[t - p.vocab_start]) : 0.f;
+    if constexpr (kShifted) out[kShiftedSum] = acc.neg_inf || acc.count == 0 ? -INFINITY : acc.shifted;
   }
 }
 
 __global__ void rescale_kernel(const float* local_max, const float* global_max, float vocab_local, float* partials,
-                               int64_t rows) {
+                               int cols, int64_t rows) {
   for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (local_max[r] == -INFINITY) continue;  // S_r = 0 already; the shifted sum stays -inf
     const float shift = local_max[r] - global_max[r];
-    partials[r * kPartials] *= expf(shift);
-    partials[r * kPartials + 2] += vocab_local * shift;
+    partials[r * cols + kSumExp] *= expf(shift);
+    if (cols > kShiftedSum) partials[r * cols + kShiftedSum] += vocab_local * shift;
   }
 }
 
-__global__ void finish_kernel(const float* global_max, const float* partials, const int32_t* targets,
+__global__ void finish_kernel(const float* global_max, const float* partials, int cols, const int32_t* targets,
                               CrossEntropyParams p, float* lse, float* loss, float* denominator, int64_t rows) {
-  __shared__ float scratch[32];
-  float total = 0.f, valid = 0.f;
+  __shared__ double scratch[32];
+  const float s = static_cast<float>(p.smoothing), z = static_cast<float>(p.z_loss);
+  const float inv_vocab = 1.f / static_cast<float>(p.vocab_total);
+  double total = 0.0, valid = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-    const float* in = partials + r * kPartials;
-    const float log_s = logf(in[0]);
-    const float row_lse = global_max[r] + log_s;
+    const float* in = partials + r * cols;
+    const float m = global_max[r], log_s = logf(in[kSumExp]);
+    const float row_lse = m + log_s;
     lse[r] = row_lse;
     if (targets[r] == p.ignore_index) continue;
-    valid += 1.f;
-    float row = (1.f - p.smoothing) * (row_lse - in[1]);
-    if (p.smoothing != 0.f) row -= p.smoothing * (in[2] / static_cast<float>(p.vocab_total) - log_s);
-    if (p.z_loss != 0.f) row += p.z_loss * row_lse * row_lse;
+    valid += 1.0;
+    // lse - x_y as (m - x_y) + log S: both are logits, so logits x1000 lose nothing to cancellation.
+    float row = (1.f - s) * ((m - in[kTargetLogit]) + log_s);
+    if (cols > kShiftedSum) row -= s * (in[kShiftedSum] * inv_vocab - log_s);
+    if (z != 0.f) row += z * row_lse * row_lse;
     total += row;
   }
   total = block_sum(total, scratch);
   valid = block_sum(valid, scratch);
   if (threadIdx.x == 0) {
-    float denom = 1.f;
-    if (p.reduction == Reduction::Mean) denom = fmaxf(valid, 1.f);
+    double denom = 1.0;
+    if (p.reduction == Reduction::Mean) denom = valid > 0.0 ? valid : 1.0;
     if (p.reduction == Reduction::Normalizer) denom = p.normalizer;
-    *loss = total / denom;
-    *denominator = denom;
+    *loss = static_cast<float>(total / denom);
+    *denominator = static_cast<float>(denom);
   }
 }
 
@@ -95,7 +166,8 @@ __global__ void backward_kernel(const T* logits, const int32_t* targets, const f
                                 const float* denominator, CrossEntropyParams p, bool accumulate, TO* dlogits,
                                 int64_t rows, int64_t vocab, bool vec) {
   const float coef = *grad_output / *denominator;
-  const float uniform = p.smoothing / static_cast<float>(p.vocab_total), label = 1.f - p.smoothing;
+  const float uniform = static_cast<float>(p.smoothing / static_cast<double>(p.vocab_total));
+  const float label = static_cast<float>(1.0 - p.smoothing), z2 = 2.f * static_cast<float>(p.z_loss);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     TO* gr = dlogits + r * vocab;
     const int t = targets[r];
@@ -105,19 +177,20 @@ __global__ void backward_kernel(const T* logits, const int32_t* targets, const f
       continue;
     }
     const int64_t own = owned(t, p, vocab) ? t - p.vocab_start : -1;
-    const float l = lse[r], q_scale = 1.f + 2.f * p.z_loss * l;  // z-loss adds 2 w lse q_j
+    const float l = lse[r], q_scale = 1.f + z2 * l;  // z-loss adds 2 w lse q_j
     auto grad = [&](int64_t j, float v) {
       const float q = expf(v - l);  // exp(-inf) = 0
       return coef * (q * q_scale - uniform - (j == own ? label : 0.f));
     };
     if (accumulate) {
-      for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-        gr[j] = from_f32<TO>(to_f32(gr[j]) + grad(j, to_f32(logits[r * vocab + j])));
+      map_row2(logits + r * vocab, gr, gr, vocab, vec, [&](int64_t j, float v, float g) { return g + grad(j, v); });
     } else {
       map_row(logits + r * vocab, gr, vocab, vec, grad);
     }
   }
 }
+
+}  // namespace
 
 void throw_if_bad_target(const CrossEntropyParams& p) {
   if (auto bad = rc::take_device_error()) {
@@ -128,21 +201,26 @@ void throw_if_bad_target(const CrossEntropyParams& p) {
   }
 }
 
-}  // namespace
-
 void local_stats(const Tensor& logits, const Tensor& targets, const CrossEntropyParams& p, Tensor& local_max,
                  Tensor& partials) {
   rc::DeviceGuard guard(device_of(logits, "cross_entropy local_stats"));
   const int64_t rows = logits.size(0), vocab = logits.size(1);
+  const int cols = static_cast<int>(partials.size(1));
   if (rows == 0) return;
   dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    local_stats_kernel<T><<<row_grid(rows), row_threads(vocab, kMaxThreads), 0, rc::current_stream()>>>(
-        logits.data<T>(), targets.data<int32_t>(), p, local_max.data<float>(), partials.data<float>(), rows, vocab,
-        rc::device_error_record());
+    const dim3 grid(row_grid(rows)), block(row_threads(vocab, kMaxThreads));
+    if (cols > kShiftedSum) {
+      local_stats_kernel<T, true><<<grid, block, 0, rc::current_stream()>>>(
+          logits.data<T>(), targets.data<int32_t>(), p, local_max.data<float>(), partials.data<float>(), cols, rows,
+          vocab, rc::device_error_record());
+    } else {
+      local_stats_kernel<T, false><<<grid, block, 0, rc::current_stream()>>>(
+          logits.data<T>(), targets.data<int32_t>(), p, local_max.data<float>(), partials.data<float>(), cols, rows,
+          vocab, rc::device_error_record());
+    }
     RETORT_CUDA_CHECK_LAUNCH();
   });
-  throw_if_bad_target(p);
 }
 
 void rescale(const Tensor& local_max, const Tensor& global_max, int64_t vocab_local, Tensor& partials) {
@@ -150,7 +228,8 @@ void rescale(const Tensor& local_max, const Tensor& global_max, int64_t vocab_lo
   const int64_t rows = local_max.numel();
   if (rows == 0) return;
   rescale_kernel<<<grid_for(rows, 256), 256, 0, rc::current_stream()>>>(
-      local_max.data<float>(), global_max.data<float>(), static_cast<float>(vocab_local), partials.data<float>(), rows);
+      local_max.data<float>(), global_max.data<float>(), static_cast<float>(vocab_local), partials.data<float>(),
+      static_cast<int>(partials.size(1)), rows);
   RETORT_CUDA_CHECK_LAUNCH();
 }
 
@@ -158,8 +237,8 @@ void finish(const Tensor& global_max, const Tensor& partials, const Tensor& targ
             Tensor& lse, Tensor& loss, Tensor& denominator) {
   rc::DeviceGuard guard(device_of(partials, "cross_entropy finish"));
   finish_kernel<<<1, kFinishThreads, 0, rc::current_stream()>>>(
-      global_max.data<float>(), partials.data<float>(), targets.data<int32_t>(), p, lse.data<float>(),
-      loss.data<float>(), denominator.data<float>(), targets.numel());
+      global_max.data<float>(), partials.data<float>(), static_cast<int>(partials.size(1)), targets.data<int32_t>(), p,
+      lse.data<float>(), loss.data<float>(), denominator.data<float>(), targets.numel());
   RETORT_CUDA_CHECK_LAUNCH();
 }
 

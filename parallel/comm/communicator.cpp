@@ -6,11 +6,8 @@
 #include <cstring>
 #include <set>
 
+#include "core/tensor/device_runtime.h"
 #include "core/util/error.h"
-
-#ifdef RETORT_WITH_CUDA
-#include "core/cuda/cuda_context.h"
-#endif
 
 namespace retort {
 namespace {
@@ -58,27 +55,6 @@ std::string_view argument_name(int64_t kind) {
     default:
       return "";
   }
-}
-
-// Copies `height` rows of `width` bytes between two pitched layouts on one device. This is the whole
-// re-layout that gathering or scattering along a non-leading dim needs: each rank's block becomes a column
-// band of the result (or the reverse).
-void copy_rows_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t height,
-                  Device device) {
-  if (width == 0 || height == 0) return;
-  if (device.is_cpu()) {
-    auto* d = static_cast<char*>(dst);
-    const auto* s = static_cast<const char*>(src);
-    for (size_t row = 0; row < height; ++row) std::memcpy(d + row * dst_pitch, s + row * src_pitch, width);
-    return;
-  }
-#ifdef RETORT_WITH_CUDA
-  cuda::DeviceGuard guard(device);
-  RETORT_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDeviceToDevice,
-                                      cuda::compute_stream(device.index)));
-#else
-  RETORT_CHECK(false, "a {} tensor in a build without CUDA", device.str());
-#endif
 }
 
 int normalise_dim(int dim, const Tensor& tensor, std::string_view collective, const Communicator& group) {
@@ -184,8 +160,8 @@ Tensor Communicator::all_gather(const Tensor& input, int dim) {
   const auto* src = static_cast<const char*>(blocks.raw_data());
   auto* dst = static_cast<char*>(output.raw_data());
   for (int r = 0; r < size(); ++r) {
-    copy_rows_2d(dst + r * row_bytes, row_bytes * size(), src + r * block_bytes, row_bytes, row_bytes, outer,
-                 input.device());
+    device_runtime::copy_2d(dst + r * row_bytes, row_bytes * size(), src + r * block_bytes, row_bytes, row_bytes, outer,
+                            input.device());
   }
   return output;
 }
@@ -221,8 +197,8 @@ Tensor Communicator::reduce_scatter(const Tensor& input, int dim, ReduceOp op) {
   const auto* src = static_cast<const char*>(input.raw_data());
   auto* dst = static_cast<char*>(blocks.raw_data());
   for (int r = 0; r < size(); ++r) {
-    copy_rows_2d(dst + r * block_bytes, row_bytes, src + r * row_bytes, row_bytes * size(), row_bytes, outer,
-                 input.device());
+    device_runtime::copy_2d(dst + r * block_bytes, row_bytes, src + r * row_bytes, row_bytes * size(), row_bytes, outer,
+                            input.device());
   }
   reduce_scatter_flat(blocks, output, op);
   return output;

@@ -10,49 +10,17 @@
 #include "apps/trainer.h"
 #include "core/config/config.h"
 #include "core/util/error.h"
+#include "trainer_test_support.h"
 
 namespace retort::apps {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A tiny run on one fortunes file; the data folder is shared by the tests of this file (built once).
-std::vector<std::string> tiny_overrides(const fs::path& run_dir) {
-  return {"run.dir=" + run_dir.string(),
-          "data.corpus=/usr/share/games/fortunes/computers",
-          "data.dir=" + (fs::temp_directory_path() / "retort_test_tiny_data").string(),
-          "data.vocab_size=512",
-          "model.block_size=16",
-          "model.n_layer=1",
-          "model.n_head=2",
-          "model.n_embd=32",
-          "train.batch_size=4",
-          "train.seq_len=16",
-          "train.steps=6",
-          "train.eval_every=3",
-          "train.eval_batches=2",
-          "train.checkpoint_every=3",
-          "optim.warmup_steps=2"};
-}
-
-ResolvedConfig resolve(const std::vector<std::string>& overrides) {
-  Config config;
-  config.apply_overrides(overrides);
-  return config.resolve(training_schema());
-}
-
-std::vector<nlohmann::json> read_metrics(const fs::path& run_dir) {
-  std::vector<nlohmann::json> records;
-  std::ifstream in(run_dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
-  return records;
-}
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("retort_test_" + name);
-  fs::remove_all(dir);
-  return dir;
-}
+using testing::fresh_dir;
+using testing::read_metrics;
+using testing::resolve;
+using testing::tiny_overrides;
 
 TEST(Trainer, ResumeAfterInterruptionIsBitIdentical) {
   const fs::path straight = fresh_dir("straight"), interrupted = fresh_dir("interrupted");

@@ -13,41 +13,22 @@
 #include "apps/trainer.h"
 #include "core/config/config.h"
 #include "core/util/error.h"
+#include "trainer_test_support.h"
 
 namespace retort::apps {
 namespace {
 
 namespace fs = std::filesystem;
 
+using testing::read_metrics;
+using testing::resolve;
+
 std::vector<std::string> tiny(const fs::path& run_dir) {
-  return {"run.dir=" + run_dir.string(),
-          "data.corpus=/usr/share/games/fortunes/computers",
-          "data.dir=" + (fs::temp_directory_path() / "retort_test_tiny_data").string(),
-          "data.vocab_size=512",
-          "model.block_size=16",
-          "model.n_layer=1",
-          "model.n_head=2",
-          "model.n_embd=32",
-          "train.batch_size=4",
-          "train.seq_len=16",
-          "train.steps=6",
-          "train.eval_every=3",
-          "train.eval_batches=2",
-          "train.checkpoint_every=3",
-          "optim.warmup_steps=2"};
+  return testing::tiny_overrides(run_dir);
 }
 
 fs::path fresh(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("retort_test_tp_" + name);
-  fs::remove_all(dir);
-  return dir;
-}
-
-std::vector<nlohmann::json> metrics(const fs::path& run_dir) {
-  std::vector<nlohmann::json> records;
-  std::ifstream in(run_dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
-  return records;
+  return testing::fresh_dir("tp_" + name);
 }
 
 int train_ranks(int nproc, std::vector<std::string> args) {
@@ -61,19 +42,13 @@ int train_ranks(int nproc, std::vector<std::string> args) {
   return launch_local(argv, options).exit_code;
 }
 
-ResolvedConfig resolve(const std::vector<std::string>& overrides) {
-  Config config;
-  config.apply_overrides(overrides);
-  return config.resolve(training_schema());
-}
-
 TEST(TrainerParallel, TensorParallelFollowsTheDenseRun) {
   const fs::path dense = fresh("dense"), tp2 = fresh("tp2");
   run_training(resolve(tiny(dense)), Device::cpu(), false);
   auto args = tiny(tp2);
   args.push_back("parallel.tp=2");
   ASSERT_EQ(train_ranks(2, args), 0);
-  const auto a = metrics(dense), b = metrics(tp2);
+  const auto a = read_metrics(dense), b = read_metrics(tp2);
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u);
   for (size_t i = 0; i < a.size(); ++i) {
@@ -97,7 +72,7 @@ TEST(TrainerParallel, TensorParallelResumeIsBitIdenticalAndTpMustMatch) {
   auto resume = tiny(interrupted);
   resume.insert(resume.end(), {"parallel.tp=2", "--resume"});
   ASSERT_EQ(train_ranks(2, resume), 0);
-  const auto a = metrics(straight), b = metrics(interrupted);
+  const auto a = read_metrics(straight), b = read_metrics(interrupted);
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u);
   for (size_t i = 0; i < a.size(); ++i)

@@ -56,6 +56,11 @@ ConfigSchema training_schema() {
 
   s.add_string("loss.name", "cross_entropy", "training loss").choices({"cross_entropy"});
   s.add_int("loss.ignore_index", -100, "target id that contributes no loss");
+  s.add_float("loss.label_smoothing", 0.0, "label smoothing alpha over the global vocabulary").min(0).less_than(1);
+  s.add_string("loss.smoothing_convention", "megatron",
+               "megatron: 1 - alpha on the label, alpha / (V - 1) elsewhere; pytorch: as torch's cross_entropy")
+      .choices({"megatron", "pytorch"});
+  s.add_float("loss.z_loss", 0.0, "weight of the z-loss (lse^2) that keeps logits from drifting").min(0);
 
   s.add_check([](const ResolvedConfig& c) -> std::string {
     if (c.get_int("model.n_embd") % c.get_int("model.n_head") != 0)

@@ -48,10 +48,15 @@ Batch to_device(const data::TokenBatch& b, Device device) {
   return {Tensor::from_ints(b.inputs, {b.batch, b.seq}, device), Tensor::from_ints(b.targets, {b.batch, b.seq})};
 }
 
-Tensor training_loss(const Tensor& logits, const Tensor& targets, int ignore_index) {
+losses::CrossEntropyOptions loss_options_from(const ResolvedConfig& config) {
   losses::CrossEntropyOptions options;
-  options.ignore_index = ignore_index;
-  return losses::cross_entropy(logits, targets, options);
+  options.ignore_index = static_cast<int>(config.get_int("loss.ignore_index"));
+  options.label_smoothing = config.get_double("loss.label_smoothing");
+  options.smoothing_convention = config.get_string("loss.smoothing_convention") == "pytorch"
+                                     ? losses::LabelSmoothingConvention::PyTorch
+                                     : losses::LabelSmoothingConvention::Megatron;
+  options.z_loss = config.get_double("loss.z_loss");
+  return options;
 }
 
 // The mean of a per-rank value over the dp group (every rank gets it; a no-op without data parallelism).
@@ -63,6 +68,7 @@ double dp_mean(double value, const ProcessGrid& grid, Device device) {
 }
 
 // Every rank evaluates the same validation batches (the tp ranks must, and the set is small).
+// Validation reports the plain cross-entropy (no smoothing, no z-loss), whatever the training loss adds.
 double evaluate(const GptModel& model, data::TokenLoader& loader, DType dtype, Device device, int ignore_index) {
   NoGradGuard no_grad;
   loader.reset();
@@ -72,7 +78,9 @@ double evaluate(const GptModel& model, data::TokenLoader& loader, DType dtype, D
   for (int64_t i = 0; i < batches; ++i) {
     Batch b = to_device(loader.next(), device);
     Tensor logits = model.forward(b.inputs, dtype);
-    total += training_loss(logits, b.targets.to(device), ignore_index).item();
+    losses::CrossEntropyOptions plain;
+    plain.ignore_index = ignore_index;
+    total += losses::cross_entropy(logits, b.targets.to(device), plain).item();
   }
   return total / static_cast<double>(std::max<int64_t>(batches, 1));
 }
@@ -124,6 +132,7 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   const int64_t batch_size = config.get_int("train.batch_size"), seq_len = config.get_int("train.seq_len");
   const int64_t grad_accum = config.get_int("train.grad_accum"), total_steps = config.get_int("train.steps");
   const int ignore_index = static_cast<int>(config.get_int("loss.ignore_index"));
+  const losses::CrossEntropyOptions loss_options = loss_options_from(config);
   // Each dp rank reads its own share of every epoch; the tp ranks of one dp rank read the same batches.
   data::TokenLoader train_loader(dataset.train_shards, dataset.vocab_size,
                                  {batch_size, seq_len, data::LoaderMode::kTrain, seed, grid.dp_rank, grid.dp_size, 0});
@@ -206,7 +215,7 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
     for (int64_t micro = 0; micro < grad_accum; ++micro) {
       Batch b = to_device(train_loader.next(), device);
       Tensor logits = model.forward(b.inputs, dtype);
-      Tensor loss = training_loss(logits, b.targets.to(device), ignore_index);
+      Tensor loss = losses::cross_entropy(logits, b.targets, loss_options);
       // Every rank decides on the same value, so a NaN on one dp rank stops them all at the same step.
       double value = dp_mean(loss.item(), grid, device);
       if (step == inject_nan_at) value = std::nan("");

@@ -76,6 +76,23 @@ TEST(Trainer, LossGoesDownAndMetricsHaveTheFields) {
   EXPECT_TRUE(fs::exists(dir / "config.yaml"));
 }
 
+TEST(Trainer, LossOptionsFromTheConfigReachTheLoss) {
+  // At initialisation the logits are near zero, so lse ~ log V and a z-loss of w adds ~ w log(V)^2 to the first
+  // step's loss; label smoothing leaves a near-uniform prediction's loss near log V.
+  auto run_first_step = [](const std::string& name, std::vector<std::string> extra) {
+    auto overrides = tiny_overrides(fresh_dir(name));
+    overrides.push_back("train.steps=1");
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return run_training(resolve(overrides), Device::cpu(), false).train_losses.at(0);
+  };
+  const double plain = run_first_step("loss_plain", {});
+  const double z = run_first_step("loss_z", {"loss.z_loss=0.01"});
+  const double smoothed = run_first_step("loss_smooth", {"loss.label_smoothing=0.1"});
+  EXPECT_NEAR(z - plain, 0.01 * std::log(512.0) * std::log(512.0), 0.02);
+  EXPECT_NE(smoothed, plain);
+  EXPECT_NEAR(smoothed, plain, 0.05);
+}
+
 TEST(Trainer, CudaRunFollowsTheCpuRun) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const fs::path cpu_dir = fresh_dir("cpu_twin"), gpu_dir = fresh_dir("gpu_twin");

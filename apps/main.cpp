@@ -1,9 +1,10 @@
-// The `retort` command: subcommands for training and (later) distillation, generation and benchmarks.
+// The `retort` command: subcommands for training, launching ranks and benchmarks.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "apps/bench_command.h"
 #include "apps/launch_command.h"
 #include "apps/train_command.h"
 #include "core/util/error.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   retort::apps::add_train_command(app, &exit_code);
   retort::apps::add_launch_command(app, &exit_code);
+  retort::apps::add_bench_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

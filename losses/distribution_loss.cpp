@@ -1,0 +1,151 @@
+#include "losses/distribution_loss.h"
+
+#include <cmath>
+
+#include "core/autograd/engine.h"
+#include "core/util/error.h"
+#include "losses/kernels/distribution_kernels.h"
+#include "losses/vocab_parallel.h"
+
+namespace retort::losses {
+
+namespace {
+
+namespace k = kernels::distribution;
+namespace vp = vocab_parallel;
+
+constexpr const char* kOp = "distribution_loss";
+
+// The same signatures on both backends (distribution_kernels.h): pick by the student's device.
+#ifdef RETORT_WITH_CUDA
+#define RETORT_KD_DISPATCH(device, fn, ...) ((device).is_cuda() ? k::cuda::fn(__VA_ARGS__) : k::cpu::fn(__VA_ARGS__))
+#else
+#define RETORT_KD_DISPATCH(device, fn, ...) k::cpu::fn(__VA_ARGS__)
+#endif
+
+k::Kind kind_of(Divergence d) {
+  switch (d) {
+    case Divergence::ForwardKL:
+      return k::Kind::ForwardKL;
+    case Divergence::ReverseKL:
+      return k::Kind::ReverseKL;
+    case Divergence::SoftCrossEntropy:
+      return k::Kind::SoftCrossEntropy;
+  }
+  throw InputError(fmt::format("{}: unknown divergence {}", kOp, static_cast<int>(d)));
+}
+
+double checked_temperature(double temperature) {
+  RETORT_INPUT_CHECK(std::isfinite(temperature) && temperature > 0,
+                     "{}: the temperature must be a positive number, got {}", kOp, temperature);
+  return temperature;
+}
+
+k::DistributionParams params_of(Divergence divergence, double temperature, double loss_scale, int ignore_index) {
+  k::DistributionParams p;
+  p.divergence = kind_of(divergence);
+  p.inv_temperature = 1.0 / checked_temperature(temperature);
+  p.loss_scale = loss_scale;
+  p.ignore_index = ignore_index;
+  return p;
+}
+
+void check_inputs(const Tensor& student, const Tensor& teacher, const Tensor& labels) {
+  RETORT_INPUT_CHECK(student.defined() && student.ndim() >= 1 && student.size(-1) > 0 && is_floating(student.dtype()),
+                     "{}: student logits {} need a floating dtype and a non-empty vocabulary (last) dim", kOp,
+                     student.defined() ? student.describe() : "(undefined)");
+  RETORT_INPUT_CHECK(teacher.defined() && is_floating(teacher.dtype()) && teacher.shape() == student.shape() &&
+                         teacher.device() == student.device(),
+                     "{}: teacher logits {} must match the student logits {}: same shape (this rank's vocabulary "
+                     "shard), same device, a floating dtype",
+                     kOp, teacher.defined() ? teacher.describe() : "(undefined)", student.describe());
+  if (labels.defined()) vp::check_row_labels(student, labels, kOp, "labels");
+#ifndef RETORT_WITH_CUDA
+  RETORT_CHECK(student.device().is_cpu(), "{}: student logits {} are on a GPU, but this build has no CUDA backend", kOp,
+               student.describe());
+#endif
+}
+
+}  // namespace
+
+DistributionLossForward distribution_loss_forward(const Tensor& student_in, const Tensor& teacher_in,
+                                                  const Tensor& labels_in, const DistributionLossOptions& options) {
+  check_inputs(student_in, teacher_in, labels_in);
+  const double t = checked_temperature(options.temperature);
+  const double loss_scale = options.scale_by_t_squared ? t * t : 1.0;
+  k::DistributionParams p = params_of(options.divergence, t, loss_scale, options.ignore_index);
+  const vp::KernelReduction reduction = vp::kernel_reduction(options.reduction, options.normalizer, kOp);
+  p.reduction = reduction.reduction;
+  p.normalizer = reduction.normalizer;
+  const auto group = vp::group_of(student_in, options.group, kOp);
+
+  const Device device = student_in.device();
+  const int64_t vocab_local = student_in.size(-1);
+  const Tensor student = student_in.view({-1, vocab_local});
+  const Tensor teacher = teacher_in.view({-1, vocab_local});
+  const Tensor labels = labels_in.defined() ? labels_in.to(device).view({-1}) : Tensor();
+  const int64_t rows = student.size(0);
+  const DType stats = vp::stat_dtype(student);
+  Tensor local_max = Tensor::empty({rows, k::kMaxColumns}, stats, device);
+  Tensor partials = Tensor::empty({rows, k::kPartialColumns}, stats, device);
+  RETORT_KD_DISPATCH(device, local_stats, student, teacher, p, local_max, partials);
+  Tensor global_max = local_max;
+  // Every rank has the same rows, so all of them skip (or run) the collectives together.
+  if (group && rows > 0) {
+    global_max = local_max.clone();
+    group->all_reduce(global_max, ReduceOp::Max);
+    RETORT_KD_DISPATCH(device, rescale, local_max, global_max, p, partials);
+    group->all_reduce(partials, ReduceOp::Sum);
+  }
+  DistributionLossForward out;
+  out.loss = Tensor::empty({}, stats, device);
+  DistributionLossSaved& s = out.saved;
+  s.labels = labels;
+  s.row_stats = Tensor::empty({rows, k::kRowColumns}, stats, device);
+  s.denominator = Tensor::empty({}, stats, device);
+  RETORT_KD_DISPATCH(device, finish, global_max, partials, labels, p, s.row_stats, out.loss, s.denominator);
+  s.divergence = options.divergence;
+  s.temperature = t;
+  s.loss_scale = loss_scale;
+  s.ignore_index = options.ignore_index;
+  return out;
+}
+
+void distribution_loss_backward(const Tensor& student_in, const Tensor& teacher_in, const DistributionLossSaved& saved,
+                                const Tensor& grad_output, Tensor& grad_student, bool accumulate) {
+  RETORT_INPUT_CHECK(grad_student.shape() == student_in.shape() && grad_student.device() == student_in.device() &&
+                         is_floating(grad_student.dtype()),
+                     "{}_backward: the gradient buffer {} does not match student logits {}", kOp,
+                     grad_student.describe(), student_in.describe());
+  check_inputs(student_in, teacher_in, Tensor());
+  const int64_t vocab_local = student_in.size(-1);
+  RETORT_INPUT_CHECK(saved.row_stats.defined() && saved.row_stats.size(0) * vocab_local == student_in.numel(),
+                     "{}_backward: saved statistics of {} rows do not fit student logits {}", kOp,
+                     saved.row_stats.defined() ? saved.row_stats.size(0) : 0, student_in.describe());
+  const Device device = student_in.device();
+  const DType stats = vp::stat_dtype(student_in);
+  Tensor g = grad_output.defined() ? grad_output : Tensor::full({}, 1.0, stats, device);
+  RETORT_INPUT_CHECK(g.numel() == 1, "{}_backward: grad_output {} must hold one value", kOp, g.describe());
+  g = g.to(stats).to(device);
+  const k::DistributionParams p = params_of(saved.divergence, saved.temperature, saved.loss_scale, saved.ignore_index);
+  const Tensor student = student_in.view({-1, vocab_local});
+  const Tensor teacher = teacher_in.view({-1, vocab_local});
+  Tensor grad = grad_student.view({-1, vocab_local});
+  RETORT_KD_DISPATCH(device, backward, student, teacher, saved.labels, saved.row_stats, g, saved.denominator, p,
+                     accumulate, grad);
+}
+
+Tensor distribution_loss(const Tensor& student, const Tensor& teacher, const Tensor& labels,
+                         const DistributionLossOptions& options) {
+  DistributionLossForward forward = distribution_loss_forward(student, teacher, labels, options);
+  // One node whose only input is the student: the teacher is a constant. The closure holds the logits and the
+  // saved statistics, never the loss.
+  return autograd::record(forward.loss, "vocab_parallel_distribution_loss", {student},
+                          [student, teacher = teacher.detach(), saved = std::move(forward.saved)](const Tensor& g) {
+                            Tensor grad = Tensor::empty(student.shape(), student.dtype(), student.device());
+                            distribution_loss_backward(student, teacher, saved, g, grad);
+                            return std::vector<Tensor>{grad};
+                          });
+}
+
+}  // namespace retort::losses

@@ -1,0 +1,47 @@
+// The CPU path of the distribution losses against the float64 dense reference at tp 1, 2 and 4 (Gloo thread
+// ranks): every rank's loss and LOCAL gradient, for the three divergences, T in {1, 2.5} with and without the
+// T^2 scaling, f64, f32 and bf16 logits, over losses.md's edge cases; a teacher stored in another dtype than the
+// student. Tolerances: tolerance_for().
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "kd_test_support.h"
+
+namespace retort::kd_testing {
+namespace {
+
+class DistributionLossReferenceCpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DistributionLossReferenceCpu, EveryRankMatchesTheDenseReference) {
+  for (int tp : {1, 2, 4})
+    for (DType dtype : {DType::F64, DType::F32, DType::BF16})
+      expect_matches_reference(GetParam(), tp, dtype, dtype, Device::cpu(), "cpu vs f64 reference");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, DistributionLossReferenceCpu, ::testing::ValuesIn(reference_cases()), case_name);
+
+// The teacher may come in another float dtype than the student (a bf16 teacher for an f32 student, say).
+TEST(DistributionLossCpu, TeacherInAnotherDtype) {
+  Case c;
+  c.name = "mixed_dtypes";
+  c.inf_entries = true;
+  c.temperatures = {2.5};
+  c.t_squared = {true};
+  for (int tp : {1, 2}) {
+    expect_matches_reference(c, tp, DType::F32, DType::BF16, Device::cpu(), "cpu vs f64 reference");
+    expect_matches_reference(c, tp, DType::BF16, DType::F32, Device::cpu(), "cpu vs f64 reference");
+    expect_matches_reference(c, tp, DType::F32, DType::F64, Device::cpu(), "cpu vs f64 reference");
+    expect_matches_reference(c, tp, DType::F64, DType::F32, Device::cpu(), "cpu vs f64 reference");
+  }
+}
+
+// The worst errors of the whole run, for the record.
+class PrintErrorLog : public ::testing::Environment {
+ public:
+  void TearDown() override { ErrorLog::get().print(); }
+};
+[[maybe_unused]] auto* const kPrintErrorLog = ::testing::AddGlobalTestEnvironment(new PrintErrorLog);
+
+}  // namespace
+}  // namespace retort::kd_testing

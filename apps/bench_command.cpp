@@ -1,7 +1,9 @@
 // `retort bench loss`: forward + backward of a loss over bf16 logits [tokens, vocab], timed per step.
 //
-// One device (--tp 1, variant "fused"): retort's fused losses, losses::cross_entropy and losses::distribution_loss
-// with the forward or reverse KL. bench/loss_bench_torch.py
+// One device (--tp 1): retort's fused losses, losses::cross_entropy and losses::distribution_loss with the forward or
+// reverse KL, as autograd ops (variant "fused": forward, then the backward reads the logits again) and through the
+// loss-and-gradient API (variant "one_read": cross_entropy_with_grad / distribution_loss_with_grad, which on a
+// Hopper GPU read the logits once, the row resident in a cluster's shared memory). bench/loss_bench_torch.py
 // measures the same losses in PyTorch eager and torch.compile, with the same JSON fields.
 //
 // Vocab-parallel (--tp N, one process per GPU under `retort launch --nproc N`; `retort bench loss --tp N` starts
@@ -320,6 +322,19 @@ Step fused_step(const Run& run, const Inputs& in, LossKind kind, const Tensor& o
   };
 }
 
+// Loss and gradient in one call into a gradient buffer allocated in the step (the *_with_grad API): on one
+// Hopper GPU the one-read kernels, the row resident in a cluster's shared memory.
+Step one_read_step(const Run& run, const Inputs& in, LossKind kind) {
+  return [&run, &in, kind] {
+    Tensor grad = Tensor::empty(in.student.shape(), in.student.dtype(), run.device);
+    if (kind == LossKind::CrossEntropy)
+      return StepOut{losses::cross_entropy_with_grad(in.student, in.targets, grad), grad};
+    losses::DistributionLossOptions options;
+    options.divergence = kind == LossKind::ForwardKL ? losses::Divergence::ForwardKL : losses::Divergence::ReverseKL;
+    return StepOut{losses::distribution_loss_with_grad(in.student, in.teacher, Tensor(), grad, options), grad};
+  };
+}
+
 Step gather_step(const Run& run, const Inputs& in, LossKind kind, const Tensor& one) {
   return [&run, &in, kind, one] {
     Tensor full = run.comm->all_gather(in.student, 1);  // [tokens, vocab]
@@ -590,6 +605,7 @@ class Bench {
  private:
   Step make_step(LossKind kind, const std::string& variant, const Inputs& in) {
     if (variant == "fused" || variant == "fused_tp") return fused_step(run_, in, kind, one_);
+    if (variant == "one_read") return one_read_step(run_, in, kind);
     if (variant == "gather") return gather_step(run_, in, kind, one_);
     if (variant == "manual_tp") return manual_step(run_, in, kind);
     throw InputError(fmt::format("unknown variant '{}'", variant));
@@ -727,7 +743,7 @@ void add_loss_bench_options(CLI::App& cmd, LossBenchOptions& o) {
   cmd.add_option("--tp", o.tp, "ranks the vocabulary is split over (one GPU each); 1: one device")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  cmd.add_option("--variants", o.variants, "fused (tp 1); fused_tp, manual_tp, gather (tp > 1; default all)")
+  cmd.add_option("--variants", o.variants, "fused, one_read (tp 1); fused_tp, manual_tp, gather (tp > 1); default all")
       ->delimiter(',');
   cmd.add_option("--device", o.device, "cpu, cuda or cuda:N (tp 1); cpu or cuda (tp > 1: NCCL, one GPU per rank)");
   cmd.add_option("--iters", o.iters, "timed steps (the median is reported)")
@@ -755,8 +771,8 @@ int run_loss_bench(const LossBenchOptions& o, const std::vector<std::string>& se
                        "--vocab {} must be positive and divide by --tp {} (each rank holds vocab / tp columns)", v,
                        o.tp);
   std::vector<std::string> variants = o.variants;
-  const std::vector<std::string> allowed =
-      o.tp == 1 ? std::vector<std::string>{"fused"} : std::vector<std::string>{"fused_tp", "manual_tp", "gather"};
+  const std::vector<std::string> allowed = o.tp == 1 ? std::vector<std::string>{"fused", "one_read"}
+                                                     : std::vector<std::string>{"fused_tp", "manual_tp", "gather"};
   if (variants.empty()) variants = allowed;
   for (const auto& v : variants)
     RETORT_INPUT_CHECK(contains(allowed, v), "--variants {}: with --tp {} the variants are {}", v, o.tp, join(allowed));

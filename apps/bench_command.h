@@ -14,7 +14,7 @@ struct LossBenchOptions {
   std::vector<int64_t> vocabs{32768, 65536, 131072};
   int64_t tokens = 4096;
   int tp = 1;                         // > 1: one rank per GPU, vocab-parallel variants
-  std::vector<std::string> variants;  // empty: fused (tp 1) or fused_tp, manual_tp, gather (tp > 1)
+  std::vector<std::string> variants;  // empty: fused, one_read (tp 1) or fused_tp, manual_tp, gather (tp > 1)
   std::string device;                 // cpu, cuda, cuda:N; empty: cuda when a GPU is visible, else cpu
   int iters = 20;
   int warmup = 5;

@@ -56,11 +56,11 @@ if single:
     device = single[0]["device"]
     lines += [f"Single GPU ({device}), {single[0]['tokens']} tokens, bf16 logits, forward + backward; "
               "ratio = peer time / retort time (> 1: retort faster)", "",
-              "| loss | vocab | retort ms | eager ms | compile ms | vs eager | vs compile | retort share of copy BW "
-              "| retort extra / logits | eager extra / logits | compile extra / logits |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| loss | vocab | retort variant | retort ms | eager ms | compile ms | vs eager | vs compile "
+              "| retort share of copy BW | retort extra / logits | eager extra / logits | compile extra / logits |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     keyed = {(r["framework"], r["variant"], r["loss"], r["vocab"]): r for r in single}
-    for (fw, variant, loss, vocab), r in sorted(keyed.items(), key=lambda kv: (kv[0][2], kv[0][3])):
+    for (fw, variant, loss, vocab), r in sorted(keyed.items(), key=lambda kv: (kv[0][2], kv[0][3], kv[0][1])):
         if fw != "retort":
             continue
         eager = keyed.get(("torch", "eager", loss, vocab))
@@ -72,7 +72,7 @@ if single:
         def extra(x):
             return "-" if not x or x["status"] != "ok" or x.get("extra_per_logits") is None else f"{x['extra_per_logits']:.2f}"
         share = "-" if r["status"] != "ok" else f"{r['bandwidth_share']:.2f}"
-        lines.append(f"| {loss} | {vocab} | {ms(r)} | {ms(eager) if eager else '-'} | {ms(comp) if comp else '-'} "
+        lines.append(f"| {loss} | {vocab} | {variant} | {ms(r)} | {ms(eager) if eager else '-'} | {ms(comp) if comp else '-'} "
                      f"| {ratio(eager)} | {ratio(comp)} | {share} | {extra(r)} | {extra(eager)} | {extra(comp)} |")
 multi = [r for r in rows if r["tp"] > 1]
 if multi:

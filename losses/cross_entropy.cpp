@@ -5,6 +5,7 @@
 #include "core/autograd/engine.h"
 #include "core/util/error.h"
 #include "losses/kernels/cross_entropy_kernels.h"
+#include "losses/kernels/row_resident_kernels.h"
 
 namespace retort::losses {
 
@@ -176,6 +177,43 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
                             cross_entropy_backward(logits, saved, g, grad);
                             return std::vector<Tensor>{grad};
                           });
+}
+
+Tensor cross_entropy_with_grad(const Tensor& logits_in, const Tensor& targets_in, Tensor& grad_logits,
+                               const CrossEntropyOptions& options, bool accumulate) {
+  RETORT_INPUT_CHECK(grad_logits.shape() == logits_in.shape() && grad_logits.device() == logits_in.device() &&
+                         is_floating(grad_logits.dtype()),
+                     "cross_entropy_with_grad: the gradient buffer {} does not match logits {}", grad_logits.describe(),
+                     logits_in.describe());
+#ifdef RETORT_WITH_CUDA
+  const int64_t vocab = logits_in.ndim() >= 1 ? logits_in.size(-1) : 0;
+  if (!vocab_group(logits_in, options) && vocab > 0 && logits_in.device().is_cuda()) {
+    check_target_shape(logits_in, targets_in);
+    const Tensor logits = logits_in.view({-1, vocab});
+    Tensor grad = grad_logits.view({-1, vocab});
+    if (k::row_resident::supported(logits, Tensor(), grad)) {
+      const k::CrossEntropyParams p = params_for(options, vocab, 0, 1);
+      const Device device = logits.device();
+      const Tensor targets = targets_in.to(device).view({-1});
+      const bool host_targets = targets_in.device().is_cpu();
+      if (host_targets) check_host_targets(targets_in, p);
+      const int64_t rows = logits.size(0);
+      Tensor denominator = Tensor::empty({}, DType::F32, device);
+      Tensor row_loss = Tensor::empty({rows}, DType::F32, device);
+      Tensor loss = Tensor::empty({}, DType::F32, device);
+      k::row_resident::denominator(targets, rows, p.ignore_index, p.reduction, p.normalizer, denominator);
+      k::row_resident::cross_entropy(logits, targets, p, denominator, accumulate, row_loss, grad);
+      k::row_resident::reduce_loss(row_loss, denominator, loss);
+      if (!host_targets) k::cuda::throw_if_bad_target(p);
+      return loss;
+    }
+  }
+#endif
+  // Elsewhere (a tp group, the CPU, a row too wide for one cluster): the two passes, the backward reading the
+  // logits again. An in-place gradient is written only after the forward has read every logit.
+  CrossEntropyForward forward = cross_entropy_forward(logits_in, targets_in, options);
+  cross_entropy_backward(logits_in, forward.saved, Tensor(), grad_logits, accumulate);
+  return forward.loss;
 }
 
 }  // namespace retort::losses

@@ -77,4 +77,15 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
 void cross_entropy_backward(const Tensor& logits, const CrossEntropySaved& saved, const Tensor& grad_output,
                             Tensor& grad_logits, bool accumulate = false);
 
+// Loss and gradient in one call, the output gradient taken as 1: grad_logits = (or += with accumulate)
+// dloss/dlogits; grad_logits may be the logits tensor itself (the gradient overwrites the logits in place) or any
+// buffer of their shape (f32 or bf16). Returns the loss as cross_entropy_forward() does. For a fused trainer that
+// runs the loss on the LM head's logits and back-propagates grad_logits.
+// On one GPU (no tp group) of compute capability 9.0+, with a vocabulary divisible by 8 that fits the shared
+// memory of a cluster of 8 blocks (up to 409600 bf16 columns) and 16-byte aligned buffers, the logits are read
+// ONCE: the row stays on chip between its statistics and its gradient (losses/kernels/row_resident_kernels.h).
+// Elsewhere it is cross_entropy_forward() then cross_entropy_backward().
+Tensor cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, Tensor& grad_logits,
+                               const CrossEntropyOptions& options = {}, bool accumulate = false);
+
 }  // namespace retort::losses

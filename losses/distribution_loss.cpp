@@ -5,6 +5,7 @@
 #include "core/autograd/engine.h"
 #include "core/util/error.h"
 #include "losses/kernels/distribution_kernels.h"
+#include "losses/kernels/row_resident_kernels.h"
 #include "losses/vocab_parallel.h"
 
 namespace retort::losses {
@@ -146,6 +147,44 @@ Tensor distribution_loss(const Tensor& student, const Tensor& teacher, const Ten
                             distribution_loss_backward(student, teacher, saved, g, grad);
                             return std::vector<Tensor>{grad};
                           });
+}
+
+Tensor distribution_loss_with_grad(const Tensor& student_in, const Tensor& teacher_in, const Tensor& labels_in,
+                                   Tensor& grad_student, const DistributionLossOptions& options, bool accumulate) {
+  RETORT_INPUT_CHECK(grad_student.shape() == student_in.shape() && grad_student.device() == student_in.device() &&
+                         is_floating(grad_student.dtype()),
+                     "{}_with_grad: the gradient buffer {} does not match student logits {}", kOp,
+                     grad_student.describe(), student_in.describe());
+  check_inputs(student_in, teacher_in, labels_in);
+#ifdef RETORT_WITH_CUDA
+  const int64_t vocab = student_in.size(-1);
+  if (!vp::group_of(student_in, options.group, kOp) && student_in.device().is_cuda()) {
+    const Tensor student = student_in.view({-1, vocab});
+    const Tensor teacher = teacher_in.view({-1, vocab});
+    Tensor grad = grad_student.view({-1, vocab});
+    if (kernels::row_resident::supported(student, teacher, grad)) {
+      const double t = checked_temperature(options.temperature);
+      k::DistributionParams p =
+          params_of(options.divergence, t, options.scale_by_t_squared ? t * t : 1.0, options.ignore_index);
+      const vp::KernelReduction reduction = vp::kernel_reduction(options.reduction, options.normalizer, kOp);
+      const Device device = student.device();
+      const Tensor labels = labels_in.defined() ? labels_in.to(device).view({-1}) : Tensor();
+      const int64_t rows = student.size(0);
+      Tensor denominator = Tensor::empty({}, DType::F32, device);
+      Tensor row_loss = Tensor::empty({rows}, DType::F32, device);
+      Tensor loss = Tensor::empty({}, DType::F32, device);
+      kernels::row_resident::denominator(labels, rows, p.ignore_index, reduction.reduction, reduction.normalizer,
+                                         denominator);
+      kernels::row_resident::distribution(student, teacher, labels, p, denominator, accumulate, row_loss, grad);
+      kernels::row_resident::reduce_loss(row_loss, denominator, loss);
+      return loss;
+    }
+  }
+#endif
+  // Elsewhere: the two passes; an in-place gradient is written only after the forward has read the student.
+  DistributionLossForward forward = distribution_loss_forward(student_in, teacher_in, labels_in, options);
+  distribution_loss_backward(student_in, teacher_in, forward.saved, Tensor(), grad_student, accumulate);
+  return forward.loss;
 }
 
 }  // namespace retort::losses

@@ -90,4 +90,12 @@ DistributionLossForward distribution_loss_forward(const Tensor& student, const T
 void distribution_loss_backward(const Tensor& student, const Tensor& teacher, const DistributionLossSaved& saved,
                                 const Tensor& grad_output, Tensor& grad_student, bool accumulate = false);
 
+// Loss and gradient in one call, the output gradient taken as 1: grad_student = (or += with accumulate)
+// dloss/dstudent; grad_student may be the student tensor itself (in place). As cross_entropy_with_grad(): on one
+// GPU (no tp group) of compute capability 9.0+ with rows that fit a cluster's shared memory (student plus teacher
+// bytes up to 800 KiB a row) student and teacher are read ONCE; elsewhere forward then backward.
+Tensor distribution_loss_with_grad(const Tensor& student, const Tensor& teacher, const Tensor& labels,
+                                   Tensor& grad_student, const DistributionLossOptions& options = {},
+                                   bool accumulate = false);
+
 }  // namespace retort::losses

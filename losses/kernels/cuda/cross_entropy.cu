@@ -10,92 +10,19 @@
 // that also reduces the loss and the valid count on the device, so nothing waits for the host. A target
 // outside the global vocabulary is recorded on the device, never used as an index.
 #include "losses/kernels/cross_entropy_kernels.h"
+#include "losses/kernels/cuda/row_statistics.cuh"
 
 namespace retort::losses::kernels::cuda {
 namespace {
 using namespace ::retort::kernels::cuda::detail;
+using cuda_rows::block_row_stats;
+using cuda_rows::RowStats;
 
 constexpr int kMaxThreads = 512;
 constexpr int kFinishThreads = 1024;
 
 __device__ __forceinline__ bool owned(int t, const CrossEntropyParams& p, int64_t vocab_local) {
   return t >= p.vocab_start && t < p.vocab_start + vocab_local;
-}
-
-// Running statistics of a stream of logits, relative to its running max: sum exp(x - max) and (kShifted) sum
-// (x - max) over the `count` finite values seen. A -inf value only sets a flag: it adds 0 to the first sum
-// and makes the second -inf, and subtracting it from anything would risk -inf - -inf = NaN. No member
-// initialisers: a __shared__ array of it must be trivially constructible; start from empty().
-template <bool kShifted>
-struct RowStats {
-  float max;
-  float sum;
-  float shifted;
-  int count;
-  int neg_inf;
-
-  __device__ __forceinline__ static RowStats empty() { return {-INFINITY, 0.f, 0.f, 0, 0}; }
-
-  __device__ __forceinline__ void add(float x) {
-    if (x == -INFINITY) {
-      neg_inf = 1;
-      return;
-    }
-    if (x > max) {
-      if (count == 0) {
-        sum = 1.f;
-      } else {
-        const float d = max - x;  // < 0: earlier terms shrink relative to the new max
-        sum = sum * expf(d) + 1.f;
-        if constexpr (kShifted) shifted += static_cast<float>(count) * d;
-      }
-      max = x;
-    } else {
-      sum += expf(x - max);
-      if constexpr (kShifted) shifted += x - max;
-    }
-    ++count;
-  }
-
-  __device__ __forceinline__ void merge(const RowStats& o) {
-    neg_inf |= o.neg_inf;
-    if (o.count == 0) return;
-    if (count == 0) {
-      max = o.max, sum = o.sum, shifted = o.shifted, count = o.count;
-      return;
-    }
-    const float m = fmaxf(max, o.max), da = max - m, db = o.max - m;
-    sum = sum * expf(da) + o.sum * expf(db);
-    if constexpr (kShifted)
-      shifted = shifted + static_cast<float>(count) * da + o.shifted + static_cast<float>(o.count) * db;
-    count += o.count;
-    max = m;
-  }
-
-  __device__ __forceinline__ RowStats shuffled(int offset) const {
-    RowStats o = empty();
-    o.max = __shfl_xor_sync(0xffffffffu, max, offset);
-    o.sum = __shfl_xor_sync(0xffffffffu, sum, offset);
-    if constexpr (kShifted) o.shifted = __shfl_xor_sync(0xffffffffu, shifted, offset);
-    o.count = __shfl_xor_sync(0xffffffffu, count, offset);
-    o.neg_inf = __shfl_xor_sync(0xffffffffu, neg_inf, offset);
-    return o;
-  }
-};
-
-// The block's statistics, returned to every thread; `scratch` holds one RowStats per warp.
-template <bool kShifted>
-__device__ __forceinline__ RowStats<kShifted> block_row_stats(RowStats<kShifted> v, RowStats<kShifted>* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v.merge(v.shuffled(o));
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  RowStats<kShifted> total = lane < warps ? scratch[lane] : RowStats<kShifted>::empty();
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) total.merge(total.shuffled(o));
-  __syncthreads();  // scratch is reused by the next row
-  return total;
 }
 
 template <typename T, bool kShifted>
@@ -144,11 +71,9 @@ __global__ void finish_kernel(const float* global_max, const float* partials, in
     lse[r] = row_lse;
     if (targets[r] == p.ignore_index) continue;
     valid += 1.0;
-    // lse - x_y as (m - x_y) + log S: both are logits, so logits x1000 lose nothing to cancellation.
-    float row = (1.f - s) * ((m - in[kTargetLogit]) + log_s);
-    if (cols > kShiftedSum) row -= s * (in[kShiftedSum] * inv_vocab - log_s);
-    if (z != 0.f) row += z * row_lse * row_lse;
-    total += row;
+    const bool smoothed = cols > kShiftedSum;
+    total += cuda_rows::cross_entropy_row_loss(m, log_s, in[kTargetLogit], smoothed ? in[kShiftedSum] : 0.f, s,
+                                               inv_vocab, z, smoothed);
   }
   total = block_sum(total, scratch);
   valid = block_sum(valid, scratch);

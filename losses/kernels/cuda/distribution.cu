@@ -8,103 +8,17 @@
 // so no second pass is needed. backward reads both once more and writes (or adds) the gradient. rescale and
 // finish touch O(rows) values; finish is one block that also reduces the loss and the valid-row count on the
 // device, so nothing waits for the host. All arithmetic is float32.
+#include "losses/kernels/cuda/row_statistics.cuh"
 #include "losses/kernels/distribution_kernels.h"
 
 namespace retort::losses::kernels::distribution::cuda {
 namespace {
 using namespace ::retort::kernels::cuda::detail;
+using cuda_rows::block_partials;
+using cuda_rows::RowPartials;
 
 constexpr int kMaxThreads = 512;
 constexpr int kFinishThreads = 1024;
-
-// One row's running statistics over the logits seen so far, relative to the running maxima mx (of x') and mt
-// (of t'): s = sum e^{x' - mx}, z = sum e^{t' - mt}, and the finite part of the divergence's partial:
-//   forward KL  sum e^{t' - mt} (t' - x'),  soft CE  sum e^{t' - mt} (mx - x'),  reverse KL  sum e^{x' - mx} (x' - t')
-// A term that is +inf (mass against a -inf on the other side) only sets `infinite`: multiplying +inf by a
-// rescale factor that underflowed to 0 would make a NaN. A side whose maximum is still -inf has sums 0 and is
-// never rescaled (-inf - -inf is NaN). No member initialisers: a __shared__ array of it must be trivially
-// constructible; start from empty().
-template <Kind K>
-struct RowPartials {
-  float mx;
-  float mt;
-  float s;
-  float z;
-  float cross;
-  int infinite;
-
-  __device__ __forceinline__ static RowPartials empty() { return {-INFINITY, -INFINITY, 0.f, 0.f, 0.f, 0}; }
-
-  // Re-expresses the sums relative to maxima new_mx >= mx and new_mt >= mt.
-  __device__ __forceinline__ void rebase(float new_mx, float new_mt) {
-    const float fx = mx == -INFINITY ? 0.f : expf(mx - new_mx);
-    const float ft = mt == -INFINITY ? 0.f : expf(mt - new_mt);
-    if constexpr (K == Kind::ForwardKL) cross *= ft;
-    if constexpr (K == Kind::ReverseKL) cross *= fx;
-    // Each term p_j (mx - x') grows by new_mx - mx >= 0. Teacher mass (z > 0) with no finite student logit has
-    // already set `infinite`.
-    if constexpr (K == Kind::SoftCrossEntropy)
-      cross = z > 0.f && mx != -INFINITY ? (cross + z * (new_mx - mx)) * ft : 0.f;
-    s *= fx;
-    z *= ft;
-    mx = new_mx;
-    mt = new_mt;
-  }
-
-  __device__ __forceinline__ void add(float x, float t) {
-    if (x > mx || t > mt) rebase(fmaxf(mx, x), fmaxf(mt, t));
-    const bool x_in = x != -INFINITY, t_in = t != -INFINITY;
-    const float ex = x_in ? expf(x - mx) : 0.f, et = t_in ? expf(t - mt) : 0.f;
-    s += ex;
-    z += et;
-    if constexpr (K == Kind::ForwardKL) {
-      if (t_in && x_in) cross += et * (t - x);
-      infinite |= t_in && !x_in;
-    } else if constexpr (K == Kind::SoftCrossEntropy) {
-      if (t_in && x_in) cross += et * (mx - x);
-      infinite |= t_in && !x_in;
-    } else {
-      if (x_in && t_in) cross += ex * (x - t);
-      infinite |= x_in && !t_in;
-    }
-  }
-
-  __device__ __forceinline__ void merge(RowPartials o) {
-    infinite |= o.infinite;
-    const float new_mx = fmaxf(mx, o.mx), new_mt = fmaxf(mt, o.mt);
-    rebase(new_mx, new_mt);
-    o.rebase(new_mx, new_mt);
-    s += o.s;
-    z += o.z;
-    cross += o.cross;
-  }
-
-  __device__ __forceinline__ RowPartials shuffled(int offset) const {
-    RowPartials o;
-    o.mx = __shfl_xor_sync(0xffffffffu, mx, offset);
-    o.mt = __shfl_xor_sync(0xffffffffu, mt, offset);
-    o.s = __shfl_xor_sync(0xffffffffu, s, offset);
-    o.z = __shfl_xor_sync(0xffffffffu, z, offset);
-    o.cross = __shfl_xor_sync(0xffffffffu, cross, offset);
-    o.infinite = __shfl_xor_sync(0xffffffffu, infinite, offset);
-    return o;
-  }
-};
-
-// The block's statistics, returned to every thread; `scratch` holds one RowPartials per warp.
-template <Kind K>
-__device__ __forceinline__ RowPartials<K> block_partials(RowPartials<K> v, RowPartials<K>* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v.merge(v.shuffled(o));
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  RowPartials<K> total = lane < warps ? scratch[lane] : RowPartials<K>::empty();
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) total.merge(total.shuffled(o));
-  __syncthreads();  // scratch is reused by the next row
-  return total;
-}
 
 template <Kind K, typename TS, typename TT>
 __global__ void local_stats_kernel(const TS* student, const TT* teacher, float inv_t, float* local_max, float* partials,
@@ -161,20 +75,8 @@ __global__ void finish_kernel(const float* global_max, const float* partials, co
     out[kRowCentre] = 0.f;
     if (labels != nullptr && labels[r] == p.ignore_index) continue;
     valid += 1.0;
-    float divergence = 0.f;
-    switch (p.divergence) {
-      case Kind::ForwardKL:  // A / Z - lse_t' + lse_x', the maxima subtracted first (they may be large)
-        divergence = cross / z + (mx - mt) + (log_s - log_z);
-        break;
-      case Kind::SoftCrossEntropy:  // E_p[m_x - x'] + log S
-        divergence = cross / z + log_s;
-        break;
-      case Kind::ReverseKL:  // B / S - lse_x' + lse_t'
-        out[kRowCentre] = cross / s;
-        divergence = cross / s - (mx - mt) - (log_s - log_z);
-        break;
-    }
-    total += static_cast<double>(loss_scale * divergence);
+    if (p.divergence == Kind::ReverseKL) out[kRowCentre] = cross / s;
+    total += static_cast<double>(loss_scale * cuda_rows::divergence(p.divergence, mx, mt, log_s, log_z, cross, s, z));
   }
   total = block_sum(total, scratch);
   valid = block_sum(valid, scratch);
@@ -233,15 +135,9 @@ __global__ void backward_kernel(const TS* student, const TT* teacher, const int3
     const float* st = row_stats + r * kRowColumns;
     const float mx = st[kRowStudentMax], log_s = st[kRowStudentLogSum];
     const float mt = st[kRowTeacherMax], log_z = st[kRowTeacherLogSum], centre = st[kRowCentre];
+    constexpr Kind kind = kReverse ? Kind::ReverseKL : Kind::ForwardKL;  // soft CE: forward KL's gradient
     map_pair_row(student + r * vocab, teacher + r * vocab, gr, vocab, vec, accumulate, [&](float xv, float tv) {
-      const float x = xv * inv_t, t = tv * inv_t;
-      // (x' - m) - log S rather than x' - lse: x' - m is exact near the top, where the mass is.
-      const float q = expf((x - mx) - log_s);  // exactly 0 for a -inf logit
-      if constexpr (kReverse) {
-        return q == 0.f ? 0.f : coef * q * ((x - t) - centre);
-      } else {
-        return coef * (q - expf((t - mt) - log_z));
-      }
+      return cuda_rows::distribution_grad<kind>(xv * inv_t, tv * inv_t, mx, log_s, mt, log_z, centre, coef);
     });
   }
 }

@@ -1,0 +1,243 @@
+#pragma once
+// Per-row running statistics of the vocab-parallel losses, shared by their two-pass kernels (cross_entropy.cu,
+// distribution.cu) and the one-read kernels (row_resident.cu): each is accumulated element by element, merged
+// across threads, warps, blocks and ranks with the same rescaling, so every path computes the same numbers.
+// Include after core/kernels/cuda/common.cuh.
+#include "losses/kernels/cross_entropy_kernels.h"
+#include "losses/kernels/distribution_kernels.h"
+
+namespace retort::losses::kernels::cuda_rows {
+using distribution::Kind;
+
+// Running statistics of a stream of logits, relative to its running max: sum exp(x - max) and (kShifted) sum
+// (x - max) over the `count` finite values seen. A -inf value only sets a flag: it adds 0 to the first sum
+// and makes the second -inf, and subtracting it from anything would risk -inf - -inf = NaN. No member
+// initialisers: a __shared__ array of it must be trivially constructible; start from empty().
+template <bool kShifted>
+struct RowStats {
+  float max;
+  float sum;
+  float shifted;
+  int count;
+  int neg_inf;
+
+  __device__ __forceinline__ static RowStats empty() { return {-INFINITY, 0.f, 0.f, 0, 0}; }
+
+  __device__ __forceinline__ void add(float x) {
+    if (x == -INFINITY) {
+      neg_inf = 1;
+      return;
+    }
+    if (x > max) {
+      if (count == 0) {
+        sum = 1.f;
+      } else {
+        const float d = max - x;  // < 0: earlier terms shrink relative to the new max
+        sum = sum * expf(d) + 1.f;
+        if constexpr (kShifted) shifted += static_cast<float>(count) * d;
+      }
+      max = x;
+    } else {
+      sum += expf(x - max);
+      if constexpr (kShifted) shifted += x - max;
+    }
+    ++count;
+  }
+
+  __device__ __forceinline__ void merge(const RowStats& o) {
+    neg_inf |= o.neg_inf;
+    if (o.count == 0) return;
+    if (count == 0) {
+      max = o.max, sum = o.sum, shifted = o.shifted, count = o.count;
+      return;
+    }
+    const float m = fmaxf(max, o.max), da = max - m, db = o.max - m;
+    sum = sum * expf(da) + o.sum * expf(db);
+    if constexpr (kShifted)
+      shifted = shifted + static_cast<float>(count) * da + o.shifted + static_cast<float>(o.count) * db;
+    count += o.count;
+    max = m;
+  }
+
+  __device__ __forceinline__ RowStats shuffled(int offset) const {
+    RowStats o = empty();
+    o.max = __shfl_xor_sync(0xffffffffu, max, offset);
+    o.sum = __shfl_xor_sync(0xffffffffu, sum, offset);
+    if constexpr (kShifted) o.shifted = __shfl_xor_sync(0xffffffffu, shifted, offset);
+    o.count = __shfl_xor_sync(0xffffffffu, count, offset);
+    o.neg_inf = __shfl_xor_sync(0xffffffffu, neg_inf, offset);
+    return o;
+  }
+};
+
+// The block's statistics, returned to every thread; `scratch` holds one RowStats per warp.
+template <bool kShifted>
+__device__ __forceinline__ RowStats<kShifted> block_row_stats(RowStats<kShifted> v, RowStats<kShifted>* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v.merge(v.shuffled(o));
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  RowStats<kShifted> total = lane < warps ? scratch[lane] : RowStats<kShifted>::empty();
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) total.merge(total.shuffled(o));
+  __syncthreads();  // scratch is reused by the next row
+  return total;
+}
+
+// One row's running statistics over the logits seen so far, relative to the running maxima mx (of x') and mt
+// (of t'): s = sum e^{x' - mx}, z = sum e^{t' - mt}, and the finite part of the divergence's partial:
+//   forward KL  sum e^{t' - mt} (t' - x'),  soft CE  sum e^{t' - mt} (mx - x'),  reverse KL  sum e^{x' - mx} (x' - t')
+// A term that is +inf (mass against a -inf on the other side) only sets `infinite`: multiplying +inf by a
+// rescale factor that underflowed to 0 would make a NaN. A side whose maximum is still -inf has sums 0 and is
+// never rescaled (-inf - -inf is NaN). No member initialisers: a __shared__ array of it must be trivially
+// constructible; start from empty().
+template <Kind K>
+struct RowPartials {
+  float mx;
+  float mt;
+  float s;
+  float z;
+  float cross;
+  int infinite;
+
+  __device__ __forceinline__ static RowPartials empty() { return {-INFINITY, -INFINITY, 0.f, 0.f, 0.f, 0}; }
+
+  // Re-expresses the sums relative to maxima new_mx >= mx and new_mt >= mt.
+  __device__ __forceinline__ void rebase(float new_mx, float new_mt) {
+    const float fx = mx == -INFINITY ? 0.f : expf(mx - new_mx);
+    const float ft = mt == -INFINITY ? 0.f : expf(mt - new_mt);
+    if constexpr (K == Kind::ForwardKL) cross *= ft;
+    if constexpr (K == Kind::ReverseKL) cross *= fx;
+    // Each term p_j (mx - x') grows by new_mx - mx >= 0. Teacher mass (z > 0) with no finite student logit has
+    // already set `infinite`.
+    if constexpr (K == Kind::SoftCrossEntropy)
+      cross = z > 0.f && mx != -INFINITY ? (cross + z * (new_mx - mx)) * ft : 0.f;
+    s *= fx;
+    z *= ft;
+    mx = new_mx;
+    mt = new_mt;
+  }
+
+  __device__ __forceinline__ void add(float x, float t) {
+    if (x > mx || t > mt) rebase(fmaxf(mx, x), fmaxf(mt, t));
+    const bool x_in = x != -INFINITY, t_in = t != -INFINITY;
+    const float ex = x_in ? expf(x - mx) : 0.f, et = t_in ? expf(t - mt) : 0.f;
+    s += ex;
+    z += et;
+    if constexpr (K == Kind::ForwardKL) {
+      if (t_in && x_in) cross += et * (t - x);
+      infinite |= t_in && !x_in;
+    } else if constexpr (K == Kind::SoftCrossEntropy) {
+      if (t_in && x_in) cross += et * (mx - x);
+      infinite |= t_in && !x_in;
+    } else {
+      if (x_in && t_in) cross += ex * (x - t);
+      infinite |= x_in && !t_in;
+    }
+  }
+
+  __device__ __forceinline__ void merge(RowPartials o) {
+    infinite |= o.infinite;
+    const float new_mx = fmaxf(mx, o.mx), new_mt = fmaxf(mt, o.mt);
+    rebase(new_mx, new_mt);
+    o.rebase(new_mx, new_mt);
+    s += o.s;
+    z += o.z;
+    cross += o.cross;
+  }
+
+  __device__ __forceinline__ RowPartials shuffled(int offset) const {
+    RowPartials o;
+    o.mx = __shfl_xor_sync(0xffffffffu, mx, offset);
+    o.mt = __shfl_xor_sync(0xffffffffu, mt, offset);
+    o.s = __shfl_xor_sync(0xffffffffu, s, offset);
+    o.z = __shfl_xor_sync(0xffffffffu, z, offset);
+    o.cross = __shfl_xor_sync(0xffffffffu, cross, offset);
+    o.infinite = __shfl_xor_sync(0xffffffffu, infinite, offset);
+    return o;
+  }
+};
+
+// The block's statistics, returned to every thread; `scratch` holds one RowPartials per warp.
+template <Kind K>
+__device__ __forceinline__ RowPartials<K> block_partials(RowPartials<K> v, RowPartials<K>* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v.merge(v.shuffled(o));
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  RowPartials<K> total = lane < warps ? scratch[lane] : RowPartials<K>::empty();
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) total.merge(total.shuffled(o));
+  __syncthreads();  // scratch is reused by the next row
+  return total;
+}
+
+// ---- fast exponentials ------------------------------------------------------------------------------------
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^x on the special-function unit (one instruction; relative error about 2^-22). The row is already on chip, so
+// the exponentials, not the memory, set the pace: each element needs two.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// e^d for d = x - max <= 0 (the subtraction done first, so it is exact near the top, where the mass is); 0 for
+// d = -inf.
+__device__ __forceinline__ float exp_shifted(float d) {
+  return fast_exp2(d * kLog2e);
+}
+
+// ---- per-row loss and gradient formulas -----------------------------------------------------------------------
+
+// Cross-entropy of one valid row from its global statistics: lse = m + log S, the label's logit, and (with label
+// smoothing) the sum of shifted logits sum_j (x_j - m). lse - x_y is taken as (m - x_y) + log S: both are
+// logits, so logits x1000 lose nothing to cancellation.
+__device__ __forceinline__ float cross_entropy_row_loss(float m, float log_s, float target_logit, float shifted,
+                                                        float smoothing, float inv_vocab, float z_loss, bool smoothed) {
+  float row = (1.f - smoothing) * ((m - target_logit) + log_s);
+  if (smoothed) row -= smoothing * (shifted * inv_vocab - log_s);
+  if (z_loss != 0.f) row += z_loss * (m + log_s) * (m + log_s);
+  return row;
+}
+
+// The divergence of one row from its global statistics (x' and t' already divided by T):
+//   forward KL  A / Z - lse_t' + lse_x', the maxima subtracted first (they may be large)
+//   soft CE     E_p[m_x - x'] + log S
+//   reverse KL  B / S - lse_x' + lse_t'
+__device__ __forceinline__ float divergence(Kind kind, float mx, float mt, float log_s, float log_z, float cross,
+                                            float s, float z) {
+  switch (kind) {
+    case Kind::ForwardKL:
+      return cross / z + (mx - mt) + (log_s - log_z);
+    case Kind::SoftCrossEntropy:
+      return cross / z + log_s;
+    case Kind::ReverseKL:
+      return cross / s - (mx - mt) - (log_s - log_z);
+  }
+  return NAN;
+}
+
+// d loss / d x of one element, x' = x / T and t' = t / T, coef = the loss scale / T / the denominator (times the
+// output gradient); centre = E_q[x' - t'] for the reverse KL. (x' - m) - log S rather than x' - lse: x' - m is
+// exact near the top, where the mass is. kFast: the exponentials on the special-function unit (exp_shifted).
+template <Kind K, bool kFast = false>
+__device__ __forceinline__ float distribution_grad(float x, float t, float mx, float log_s, float mt, float log_z,
+                                                   float centre, float coef) {
+  // e^{d - log_sum}: on the special-function unit as 2^(d L - log_sum L), one fused multiply-add into the exponent.
+  auto exp = [](float d, float log_sum) {
+    return kFast ? fast_exp2(fmaf(d, kLog2e, -log_sum * kLog2e)) : expf(d - log_sum);
+  };
+  const float q = exp(x - mx, log_s);  // exactly 0 for a -inf logit
+  if constexpr (K == Kind::ReverseKL) {
+    return q == 0.f ? 0.f : coef * q * ((x - t) - centre);
+  } else {
+    return coef * (q - exp(t - mt, log_z));
+  }
+}
+
+}  // namespace retort::losses::kernels::cuda_rows

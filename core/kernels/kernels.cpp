@@ -265,4 +265,26 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   RETORT_DISPATCH(logits.device(), cross_entropy_backward, logits, targets, lse, ignore_index, grad_scale, dlogits);
 }
 
+void topk(const Tensor& x, int64_t index_base, const Tensor& ids, Tensor& values, Tensor& indices, Tensor& row_lse) {
+  same_device({&x, &ids, &values, &indices, &row_lse}, "topk");
+  RETORT_CHECK(x.ndim() >= 1 && values.ndim() >= 1, "topk: x {} and values {} need a last dimension", x.describe(),
+               values.describe());
+  const int64_t cols = x.size(-1), rows = cols == 0 ? 0 : x.numel() / cols, k = values.size(-1);
+  RETORT_INPUT_CHECK(k >= 1 && k <= cols, "topk: k = {} must lie in [1, {}] (the width of {}); ask for fewer values", k,
+                     cols, x.describe());
+  RETORT_CHECK(values.dtype() == DType::F32 && values.numel() == rows * k,
+               "topk: values {} must be f32 [{}, {}] for input {}", values.describe(), rows, k, x.describe());
+  RETORT_CHECK(indices.dtype() == DType::I32 && indices.numel() == rows * k,
+               "topk: indices {} must be i32 [{}, {}] for input {}", indices.describe(), rows, k, x.describe());
+  RETORT_CHECK(!ids.defined() || (ids.dtype() == DType::I32 && ids.numel() == x.numel()),
+               "topk: ids {} must be i32 with the shape of {}", ids.describe(), x.describe());
+  RETORT_CHECK(!row_lse.defined() || (row_lse.dtype() == DType::F32 && row_lse.numel() == rows),
+               "topk: row_lse {} must be f32 [{}]", row_lse.describe(), rows);
+  RETORT_CHECK(index_base >= 0 && index_base + cols <= INT32_MAX, "topk: ids [{}, {}) do not fit int32", index_base,
+               index_base + cols);
+  floating(x, "topk");
+  if (rows == 0) return;
+  RETORT_DISPATCH(x.device(), topk, x, index_base, ids, values, indices, row_lse);
+}
+
 }  // namespace retort::kernels

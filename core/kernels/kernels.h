@@ -77,4 +77,15 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int igno
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int ignore_index,
                             float grad_scale, Tensor& dlogits);
 
+// ---- top-k over the last dimension ----------------------------------------------------------------------
+// x viewed as [rows, cols] (f32 or bf16; f64 on the CPU); k = values.size(-1), 1 <= k <= cols (k <= 256 on the
+// GPU). Per row, the k largest entries in descending order, ties to the smaller column, so the result is
+// deterministic and the same on both backends (-0 ranks equal to +0; NaN ranks above +inf: do not pass NaN).
+//   values f32 [rows, k]: the entries, as float32;
+//   indices i32 [rows, k]: index_base + column, or ids[row, column] when ids (i32, x's shape) is defined (a
+//   final top-k over gathered candidates keeps their global ids this way);
+//   row_lse f32 [rows] (optional, may be undefined): log sum_j exp(x[row, j]) read in the same pass, -inf for
+//   a row whose entries are all -inf.
+void topk(const Tensor& x, int64_t index_base, const Tensor& ids, Tensor& values, Tensor& indices, Tensor& row_lse);
+
 }  // namespace retort::kernels

@@ -1,6 +1,8 @@
 #include "apps/train_config.h"
 
 #include "core/data/corpus.h"
+#include "optim/adamw.h"
+#include "optim/rekls_routing.h"
 
 namespace retort::apps {
 
@@ -38,15 +40,22 @@ ConfigSchema training_schema() {
   s.add_int("train.keep_checkpoints", 2, "most recent checkpoints kept").min(1);
   s.add_int("train.inject_nan_at_step", -1, "fault injection for tests: make this step's loss NaN (-1: off)");
 
-  s.add_string("optim.name", "adamw", "optimizer").choices({"adamw"});
+  s.add_string("optim.name", "adamw",
+               "optimizer: adamw, or rekls (REKLS on the matrices, TP-REKLS when parallel.tp > 1, AdamW on the "
+               "parameters optim.rekls_adamw_params names and on vectors)")
+      .choices({"adamw", "rekls"});
   s.add_float("optim.lr", 1e-3, "peak learning rate").greater_than(0);
   s.add_float("optim.min_lr", 1e-4, "learning rate at the end of the decay").min(0);
   s.add_string("optim.schedule", "cosine", "decay after warmup").choices({"constant", "cosine", "linear"});
   s.add_int("optim.warmup_steps", 50, "linear warmup steps").min(0);
   s.add_float("optim.weight_decay", 0.1, "decoupled weight decay of matrices").min(0);
-  s.add_float("optim.beta1", 0.9, "AdamW beta1").range(0, 0.999999);
-  s.add_float("optim.beta2", 0.95, "AdamW beta2").range(0, 0.999999);
-  s.add_float("optim.eps", 1e-8, "AdamW epsilon").greater_than(0);
+  s.add_float("optim.beta1", 0.9, "first-moment decay (AdamW and REKLS)").range(0, 0.999999);
+  s.add_float("optim.beta2", 0.95, "second-moment decay (AdamW and REKLS)").range(0, 0.999999);
+  s.add_float("optim.eps", 1e-8, "epsilon of the moments (and REKLS's eigenvalue floor)").greater_than(0);
+  s.add_float("optim.shampoo_beta", 0.95, "REKLS Kronecker-factor decay").range(0, 0.999999);
+  s.add_string("optim.rekls_adamw_params", "wte,wpe,lm_head,embed",
+               "with optim.name=rekls: comma-separated parts of parameter names that go to AdamW instead (every "
+               "tensor that is not 2-D does too)");
   s.add_float("optim.grad_clip", 1.0, "global gradient norm limit (0: off)").min(0);
 
   s.add_int("parallel.tp", 1,
@@ -98,6 +107,23 @@ optim::LrSchedule lr_schedule_from(const ResolvedConfig& c) {
   s.total_steps = c.get_int("train.steps");
   s.validate();
   return s;
+}
+
+std::unique_ptr<optim::Optimizer> optimizer_from(const ResolvedConfig& c, const nn::NamedTensors& params,
+                                                 std::shared_ptr<Communicator> tp_group) {
+  const optim::AdamWOptions adam{c.get_double("optim.beta1"), c.get_double("optim.beta2"), c.get_double("optim.eps")};
+  const double weight_decay = c.get_double("optim.weight_decay");
+  if (c.get_string("optim.name") == "adamw")
+    return std::make_unique<optim::AdamW>(optim::decay_groups(params, weight_decay), adam);
+  optim::ReklsOptions rekls;
+  rekls.beta1 = adam.beta1;
+  rekls.beta2 = adam.beta2;
+  rekls.eps = adam.eps;
+  rekls.shampoo_beta = c.get_double("optim.shampoo_beta");
+  rekls.weight_decay = weight_decay;
+  optim::ReklsRouting routing;
+  routing.adamw_name_patterns = optim::split_name_patterns(c.get_string("optim.rekls_adamw_params"));
+  return optim::make_rekls_optimizer(params, rekls, adam, weight_decay, routing, std::move(tp_group));
 }
 
 }  // namespace retort::apps

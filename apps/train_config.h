@@ -1,8 +1,11 @@
 #pragma once
 // The keys `retort train` accepts (configs/toy-gpt.yaml sets them; `retort train --help-config` lists them).
+#include <memory>
+
 #include "core/config/config_schema.h"
 #include "core/config/resolved_config.h"
 #include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
 #include "parallel/gpt_model.h"
 
 namespace retort::apps {
@@ -11,5 +14,9 @@ ConfigSchema training_schema();
 
 GptConfig gpt_config_from(const ResolvedConfig& config, int64_t vocab_size);
 optim::LrSchedule lr_schedule_from(const ResolvedConfig& config);
+// The optim.* optimizer over `params`: AdamW, or REKLS on the matrices (TP-REKLS over tp_group when it has more
+// than one rank) with AdamW on the rest.
+std::unique_ptr<optim::Optimizer> optimizer_from(const ResolvedConfig& config, const nn::NamedTensors& params,
+                                                 std::shared_ptr<Communicator> tp_group);
 
 }  // namespace retort::apps

@@ -20,7 +20,6 @@
 #include "core/util/metrics_writer.h"
 #include "core/util/progress.h"
 #include "losses/cross_entropy.h"
-#include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "parallel/data_parallel.h"
 #include "parallel/gpt_model.h"
@@ -124,9 +123,8 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
                grid.tp_size > 1 ? fmt::format(" on each of {} tp ranks", grid.tp_size) : "", model_config.n_layer,
                model_config.n_embd, model_config.block_size, device.str(), dtype_name(dtype));
 
-  optim::AdamWOptions adam{config.get_double("optim.beta1"), config.get_double("optim.beta2"),
-                           config.get_double("optim.eps")};
-  optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), config.get_double("optim.weight_decay")), adam);
+  const std::unique_ptr<optim::Optimizer> optimizer_owner = optimizer_from(config, model.named_parameters(), grid.tp);
+  optim::Optimizer& optimizer = *optimizer_owner;
   const optim::LrSchedule schedule = lr_schedule_from(config);
 
   const int64_t batch_size = config.get_int("train.batch_size"), seq_len = config.get_int("train.seq_len");

@@ -1,7 +1,7 @@
 #pragma once
 // `retort train`: the toy GPT trained end to end from a resolved config. Data preparation (tokenizer and
-// shards, cached), AdamW with warmup + decay, clipping, gradient accumulation, periodic validation,
-// checkpoints with exact resume, progress on the terminal and metrics.jsonl in the run directory.
+// shards, cached), AdamW or REKLS (optim.name) with warmup + decay, clipping, gradient accumulation, periodic
+// validation, checkpoints with exact resume, progress on the terminal and metrics.jsonl in the run directory.
 #include <filesystem>
 #include <vector>
 

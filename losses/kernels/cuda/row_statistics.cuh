@@ -9,6 +9,24 @@
 namespace retort::losses::kernels::cuda_rows {
 using distribution::Kind;
 
+// ---- fast exponentials ------------------------------------------------------------------------------------
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^x on the special-function unit (one instruction; relative error about 2^-22). The statistics passes are bound
+// by instruction issue, not memory (docs/benchmarks.md has the profile), and expf costs about ten instructions.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// e^d for d = x - max <= 0 (the subtraction done first, so it is exact near the top, where the mass is); 0 for
+// d = -inf.
+__device__ __forceinline__ float exp_shifted(float d) {
+  return fast_exp2(d * kLog2e);
+}
+
 // Running statistics of a stream of logits, relative to its running max: sum exp(x - max) and (kShifted) sum
 // (x - max) over the `count` finite values seen. A -inf value only sets a flag: it adds 0 to the first sum
 // and makes the second -inf, and subtracting it from anything would risk -inf - -inf = NaN. No member
@@ -33,12 +51,12 @@ struct RowStats {
         sum = 1.f;
       } else {
         const float d = max - x;  // < 0: earlier terms shrink relative to the new max
-        sum = sum * expf(d) + 1.f;
+        sum = sum * exp_shifted(d) + 1.f;
         if constexpr (kShifted) shifted += static_cast<float>(count) * d;
       }
       max = x;
     } else {
-      sum += expf(x - max);
+      sum += exp_shifted(x - max);
       if constexpr (kShifted) shifted += x - max;
     }
     ++count;
@@ -122,7 +140,7 @@ struct RowPartials {
   __device__ __forceinline__ void add(float x, float t) {
     if (x > mx || t > mt) rebase(fmaxf(mx, x), fmaxf(mt, t));
     const bool x_in = x != -INFINITY, t_in = t != -INFINITY;
-    const float ex = x_in ? expf(x - mx) : 0.f, et = t_in ? expf(t - mt) : 0.f;
+    const float ex = x_in ? exp_shifted(x - mx) : 0.f, et = t_in ? exp_shifted(t - mt) : 0.f;
     s += ex;
     z += et;
     if constexpr (K == Kind::ForwardKL) {
@@ -172,24 +190,6 @@ __device__ __forceinline__ RowPartials<K> block_partials(RowPartials<K> v, RowPa
   for (int o = 16; o > 0; o >>= 1) total.merge(total.shuffled(o));
   __syncthreads();  // scratch is reused by the next row
   return total;
-}
-
-// ---- fast exponentials ------------------------------------------------------------------------------------
-
-constexpr float kLog2e = 1.4426950408889634f;
-
-// 2^x on the special-function unit (one instruction; relative error about 2^-22). The row is already on chip, so
-// the exponentials, not the memory, set the pace: each element needs two.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// e^d for d = x - max <= 0 (the subtraction done first, so it is exact near the top, where the mass is); 0 for
-// d = -inf.
-__device__ __forceinline__ float exp_shifted(float d) {
-  return fast_exp2(d * kLog2e);
 }
 
 // ---- per-row loss and gradient formulas -----------------------------------------------------------------------

@@ -96,8 +96,9 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
   return dir;
 }
 
-nlohmann::json load_checkpoint(const fs::path& dir, nn::Module& model, optim::Optimizer& optimizer,
-                               const CheckpointShard& shard) {
+namespace {
+
+nlohmann::json read_trainer_state(const fs::path& dir, const CheckpointShard& shard) {
   RETORT_INPUT_CHECK(fs::exists(dir / "trainer.json"), "checkpoint {} has no trainer.json: it is incomplete",
                      dir.string());
   nlohmann::json state;
@@ -112,6 +113,22 @@ nlohmann::json load_checkpoint(const fs::path& dir, nn::Module& model, optim::Op
                      "checkpoint {} was written with parallel.tp = {} but this run has parallel.tp = {}: resume with "
                      "parallel.tp={}",
                      dir.string(), saved_tp, shard.tp_size, saved_tp);
+  return state;
+}
+
+}  // namespace
+
+nlohmann::json load_model_weights(const fs::path& dir, nn::Module& model, const CheckpointShard& shard) {
+  nlohmann::json state = read_trainer_state(dir, shard);
+  RETORT_INPUT_CHECK(fs::exists(dir / shard.file("model")), "checkpoint {} has no {}: it is incomplete", dir.string(),
+                     shard.file("model"));
+  model.load_state_dict(load_safetensors(dir / shard.file("model")).tensors);
+  return state;
+}
+
+nlohmann::json load_checkpoint(const fs::path& dir, nn::Module& model, optim::Optimizer& optimizer,
+                               const CheckpointShard& shard) {
+  nlohmann::json state = read_trainer_state(dir, shard);
   for (const std::string& file : {shard.file("model"), shard.file("optimizer")})
     RETORT_INPUT_CHECK(fs::exists(dir / file), "checkpoint {} has no {}: it is incomplete", dir.string(), file);
   model.load_state_dict(load_safetensors(dir / shard.file("model")).tensors);

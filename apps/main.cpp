@@ -1,10 +1,12 @@
-// The `retort` command: subcommands for training, launching ranks and benchmarks.
+// The `retort` command: subcommands for training, distillation, evaluation, launching ranks and benchmarks.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "apps/bench_command.h"
+#include "apps/distill_command.h"
+#include "apps/eval_command.h"
 #include "apps/launch_command.h"
 #include "apps/train_command.h"
 #include "core/util/error.h"
@@ -18,6 +20,8 @@ int main(int argc, char** argv) {
   retort::apps::add_train_command(app, &exit_code);
   retort::apps::add_launch_command(app, &exit_code);
   retort::apps::add_bench_command(app, &exit_code);
+  retort::apps::add_distill_command(app, &exit_code);
+  retort::apps::add_eval_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -82,6 +82,16 @@ ConfigSchema training_schema() {
   return s;
 }
 
+data::DatasetOptions dataset_options_from(const ResolvedConfig& c) {
+  data::DatasetOptions options;
+  options.corpus = c.get_string("data.corpus");
+  options.data_dir = c.get_string("data.dir");
+  options.vocab_size = c.get_int("data.vocab_size");
+  options.val_fraction = c.get_double("data.val_fraction");
+  options.seed = static_cast<uint64_t>(c.get_int("run.seed"));
+  return options;
+}
+
 GptConfig gpt_config_from(const ResolvedConfig& c, int64_t vocab_size) {
   GptConfig g;
   g.vocab_size = vocab_size;

@@ -4,6 +4,7 @@
 
 #include "core/config/config_schema.h"
 #include "core/config/resolved_config.h"
+#include "core/data/dataset.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/gpt_model.h"
@@ -11,6 +12,9 @@
 namespace retort::apps {
 
 ConfigSchema training_schema();
+
+// The data.* keys (and run.seed, which drives the document split).
+data::DatasetOptions dataset_options_from(const ResolvedConfig& config);
 
 GptConfig gpt_config_from(const ResolvedConfig& config, int64_t vocab_size);
 optim::LrSchedule lr_schedule_from(const ResolvedConfig& config);

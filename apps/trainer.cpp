@@ -86,7 +86,8 @@ double evaluate(const GptModel& model, data::TokenLoader& loader, DType dtype, D
 
 }  // namespace
 
-TrainResult run_training(const ResolvedConfig& config, Device requested_device, bool resume) {
+TrainResult run_training(const ResolvedConfig& config, Device requested_device, bool resume,
+                         const TrainingHooks& hooks) {
   const DistributedRun dist = start_distributed_run(requested_device, static_cast<int>(config.get_int("parallel.tp")));
   const ProcessGrid& grid = dist.grid;
   const Device device = dist.device;
@@ -100,12 +101,7 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   if (main) fs::create_directories(result.run_dir);
   const uint64_t seed = static_cast<uint64_t>(config.get_int("run.seed"));
 
-  data::DatasetOptions data_options;
-  data_options.corpus = config.get_string("data.corpus");
-  data_options.data_dir = config.get_string("data.dir");
-  data_options.vocab_size = config.get_int("data.vocab_size");
-  data_options.val_fraction = config.get_double("data.val_fraction");
-  data_options.seed = seed;
+  const data::DatasetOptions data_options = dataset_options_from(config);
   // Rank 0 builds (or checks) the tokenizer and shards; the others then find them cached.
   if (!main) dist.barrier();
   const data::PreparedDataset dataset = data::prepare_token_dataset(data_options);
@@ -131,6 +127,11 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   const int64_t grad_accum = config.get_int("train.grad_accum"), total_steps = config.get_int("train.steps");
   const int ignore_index = static_cast<int>(config.get_int("loss.ignore_index"));
   const losses::CrossEntropyOptions loss_options = loss_options_from(config);
+  MicroBatchLossFn micro_batch_loss = [&loss_options](const Tensor& logits, const data::TokenBatch& batch) {
+    const Tensor targets = Tensor::from_ints(batch.targets, {batch.batch, batch.seq});
+    return MicroBatchLoss{losses::cross_entropy(logits, targets, loss_options), {}};
+  };
+  if (hooks.loss) micro_batch_loss = hooks.loss(LossContext{device, dtype, grid.tp, &config, &dataset});
   // Each dp rank reads its own share of every epoch; the tp ranks of one dp rank read the same batches.
   data::TokenLoader train_loader(dataset.train_shards, dataset.vocab_size,
                                  {batch_size, seq_len, data::LoaderMode::kTrain, seed, grid.dp_rank, grid.dp_size, 0});
@@ -198,7 +199,7 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   std::optional<fs::path> last_checkpoint = latest_checkpoint(result.run_dir);
 
   ProgressOptions progress_options;
-  progress_options.label = "train";
+  progress_options.label = hooks.progress_label;
   progress_options.total_steps = total_steps;
   progress_options.start_step = step;
   progress_options.log_every = config.get_int("train.log_every");
@@ -210,10 +211,15 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   while (step < total_steps) {
     const auto step_start = std::chrono::steady_clock::now();
     double step_loss = 0;
+    std::map<std::string, double> step_metrics;
     for (int64_t micro = 0; micro < grad_accum; ++micro) {
-      Batch b = to_device(train_loader.next(), device);
-      Tensor logits = model.forward(b.inputs, dtype);
-      Tensor loss = losses::cross_entropy(logits, b.targets, loss_options);
+      const data::TokenBatch host_batch = train_loader.next();
+      const Tensor inputs = Tensor::from_ints(host_batch.inputs, {host_batch.batch, host_batch.seq}, device);
+      Tensor logits = model.forward(inputs, dtype);
+      MicroBatchLoss micro_loss = micro_batch_loss(logits, host_batch);
+      Tensor& loss = micro_loss.loss;
+      for (const auto& [name, value] : micro_loss.metrics)
+        step_metrics[name] += dp_mean(value, grid, device) / static_cast<double>(grad_accum);
       // Every rank decides on the same value, so a NaN on one dp rank stops them all at the same step.
       double value = dp_mean(loss.item(), grid, device);
       if (step == inject_nan_at) value = std::nan("");
@@ -243,6 +249,7 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
                           {"grad_norm", grad_norm},
                           {"tokens_per_s", static_cast<double>(tokens_per_step) / step_seconds},
                           {"tokens", step * tokens_per_step}};
+    for (const auto& [name, value] : step_metrics) record[name] = value;
     if ((eval_every > 0 && step % eval_every == 0) || step == total_steps) {
       const double eval_loss = evaluate(model, val_loader, dtype, device, ignore_index);
       record["eval_loss"] = eval_loss;

@@ -18,11 +18,7 @@ namespace vp = vocab_parallel;
 constexpr const char* kOp = "distribution_loss";
 
 // The same signatures on both backends (distribution_kernels.h): pick by the student's device.
-#ifdef RETORT_WITH_CUDA
-#define RETORT_KD_DISPATCH(device, fn, ...) ((device).is_cuda() ? k::cuda::fn(__VA_ARGS__) : k::cpu::fn(__VA_ARGS__))
-#else
-#define RETORT_KD_DISPATCH(device, fn, ...) k::cpu::fn(__VA_ARGS__)
-#endif
+#define RETORT_KD_DISPATCH(device, fn, ...) RETORT_VOCAB_DISPATCH(k, device, fn, __VA_ARGS__)
 
 k::Kind kind_of(Divergence d) {
   switch (d) {
@@ -52,19 +48,14 @@ k::DistributionParams params_of(Divergence divergence, double temperature, doubl
 }
 
 void check_inputs(const Tensor& student, const Tensor& teacher, const Tensor& labels) {
-  RETORT_INPUT_CHECK(student.defined() && student.ndim() >= 1 && student.size(-1) > 0 && is_floating(student.dtype()),
-                     "{}: student logits {} need a floating dtype and a non-empty vocabulary (last) dim", kOp,
-                     student.defined() ? student.describe() : "(undefined)");
+  vp::check_logits(student, kOp, "student logits");
   RETORT_INPUT_CHECK(teacher.defined() && is_floating(teacher.dtype()) && teacher.shape() == student.shape() &&
                          teacher.device() == student.device(),
                      "{}: teacher logits {} must match the student logits {}: same shape (this rank's vocabulary "
                      "shard), same device, a floating dtype",
                      kOp, teacher.defined() ? teacher.describe() : "(undefined)", student.describe());
   if (labels.defined()) vp::check_row_labels(student, labels, kOp, "labels");
-#ifndef RETORT_WITH_CUDA
-  RETORT_CHECK(student.device().is_cpu(), "{}: student logits {} are on a GPU, but this build has no CUDA backend", kOp,
-               student.describe());
-#endif
+  vp::check_backend(student, kOp, "student logits");
 }
 
 }  // namespace
@@ -90,14 +81,9 @@ DistributionLossForward distribution_loss_forward(const Tensor& student_in, cons
   Tensor local_max = Tensor::empty({rows, k::kMaxColumns}, stats, device);
   Tensor partials = Tensor::empty({rows, k::kPartialColumns}, stats, device);
   RETORT_KD_DISPATCH(device, local_stats, student, teacher, p, local_max, partials);
-  Tensor global_max = local_max;
-  // Every rank has the same rows, so all of them skip (or run) the collectives together.
-  if (group && rows > 0) {
-    global_max = local_max.clone();
-    group->all_reduce(global_max, ReduceOp::Max);
-    RETORT_KD_DISPATCH(device, rescale, local_max, global_max, p, partials);
-    group->all_reduce(partials, ReduceOp::Sum);
-  }
+  const Tensor global_max = vp::reduce_partials(group, rows, local_max, partials, [&](const Tensor& global) {
+    RETORT_KD_DISPATCH(device, rescale, local_max, global, p, partials);
+  });
   DistributionLossForward out;
   out.loss = Tensor::empty({}, stats, device);
   DistributionLossSaved& s = out.saved;
@@ -114,20 +100,14 @@ DistributionLossForward distribution_loss_forward(const Tensor& student_in, cons
 
 void distribution_loss_backward(const Tensor& student_in, const Tensor& teacher_in, const DistributionLossSaved& saved,
                                 const Tensor& grad_output, Tensor& grad_student, bool accumulate) {
-  RETORT_INPUT_CHECK(grad_student.shape() == student_in.shape() && grad_student.device() == student_in.device() &&
-                         is_floating(grad_student.dtype()),
-                     "{}_backward: the gradient buffer {} does not match student logits {}", kOp,
-                     grad_student.describe(), student_in.describe());
+  vp::check_grad_buffer(student_in, grad_student, kOp, "_backward", "student logits");
   check_inputs(student_in, teacher_in, Tensor());
   const int64_t vocab_local = student_in.size(-1);
   RETORT_INPUT_CHECK(saved.row_stats.defined() && saved.row_stats.size(0) * vocab_local == student_in.numel(),
                      "{}_backward: saved statistics of {} rows do not fit student logits {}", kOp,
                      saved.row_stats.defined() ? saved.row_stats.size(0) : 0, student_in.describe());
   const Device device = student_in.device();
-  const DType stats = vp::stat_dtype(student_in);
-  Tensor g = grad_output.defined() ? grad_output : Tensor::full({}, 1.0, stats, device);
-  RETORT_INPUT_CHECK(g.numel() == 1, "{}_backward: grad_output {} must hold one value", kOp, g.describe());
-  g = g.to(stats).to(device);
+  const Tensor g = vp::scalar_grad_output(grad_output, vp::stat_dtype(student_in), device, kOp);
   const k::DistributionParams p = params_of(saved.divergence, saved.temperature, saved.loss_scale, saved.ignore_index);
   const Tensor student = student_in.view({-1, vocab_local});
   const Tensor teacher = teacher_in.view({-1, vocab_local});
@@ -151,10 +131,7 @@ Tensor distribution_loss(const Tensor& student, const Tensor& teacher, const Ten
 
 Tensor distribution_loss_with_grad(const Tensor& student_in, const Tensor& teacher_in, const Tensor& labels_in,
                                    Tensor& grad_student, const DistributionLossOptions& options, bool accumulate) {
-  RETORT_INPUT_CHECK(grad_student.shape() == student_in.shape() && grad_student.device() == student_in.device() &&
-                         is_floating(grad_student.dtype()),
-                     "{}_with_grad: the gradient buffer {} does not match student logits {}", kOp,
-                     grad_student.describe(), student_in.describe());
+  vp::check_grad_buffer(student_in, grad_student, kOp, "_with_grad", "student logits");
   check_inputs(student_in, teacher_in, labels_in);
 #ifdef RETORT_WITH_CUDA
   const int64_t vocab = student_in.size(-1);

@@ -19,11 +19,7 @@ namespace vp = vocab_parallel;
 constexpr const char* kOp = "topk_distillation_loss";
 
 // The same signatures on both backends (topk_distillation_kernels.h): pick by the student's device.
-#ifdef RETORT_WITH_CUDA
-#define RETORT_TOPK_DISPATCH(device, fn, ...) ((device).is_cuda() ? k::cuda::fn(__VA_ARGS__) : k::cpu::fn(__VA_ARGS__))
-#else
-#define RETORT_TOPK_DISPATCH(device, fn, ...) k::cpu::fn(__VA_ARGS__)
-#endif
+#define RETORT_TOPK_DISPATCH(device, fn, ...) RETORT_VOCAB_DISPATCH(k, device, fn, __VA_ARGS__)
 
 k::Kind kind_of(TopkDivergence d) {
   switch (d) {
@@ -77,13 +73,8 @@ k::TopkParams params_for(const TopkDistillationOptions& o, bool has_labels, int6
 }
 
 void check_student(const Tensor& student) {
-  RETORT_INPUT_CHECK(student.defined() && student.ndim() >= 1 && student.size(-1) > 0 && is_floating(student.dtype()),
-                     "{}: student logits {} need a floating dtype and a non-empty vocabulary (last) dim", kOp,
-                     student.defined() ? student.describe() : "(undefined)");
-#ifndef RETORT_WITH_CUDA
-  RETORT_CHECK(student.device().is_cpu(), "{}: student logits {} are on a GPU, but this build has no CUDA backend", kOp,
-               student.describe());
-#endif
+  vp::check_logits(student, kOp, "student logits");
+  vp::check_backend(student, kOp, "student logits");
 }
 
 // Indices [..., k] whose leading dims are the student's (or the rows flattened), log-probs of the same shape.
@@ -183,14 +174,9 @@ TopkDistillationForward topk_distillation_forward(const Tensor& student_in, cons
   s.row_stats = Tensor::empty({rows, k::kRowColumns}, stats, device);
   RETORT_TOPK_DISPATCH(device, local_stats, student, s.indices, s.logprobs, s.labels, p, local_max, partials,
                        s.row_stats);
-  Tensor global_max = local_max;
-  // Every rank has the same rows, so all of them skip (or run) the collectives together.
-  if (group && rows > 0) {
-    global_max = local_max.clone();
-    group->all_reduce(global_max, ReduceOp::Max);
-    RETORT_TOPK_DISPATCH(device, rescale, local_max, global_max, partials);
-    group->all_reduce(partials, ReduceOp::Sum);
-  }
+  const Tensor global_max = vp::reduce_partials(group, rows, local_max, partials, [&](const Tensor& global) {
+    RETORT_TOPK_DISPATCH(device, rescale, local_max, global, partials);
+  });
   out.loss = Tensor::empty({}, stats, device);
   s.denominator = Tensor::empty({}, stats, device);
   RETORT_TOPK_DISPATCH(device, finish, global_max, partials, s.labels, s.mask, p, s.row_stats, out.loss, s.denominator);
@@ -200,20 +186,14 @@ TopkDistillationForward topk_distillation_forward(const Tensor& student_in, cons
 void topk_distillation_backward(const Tensor& student_in, const TopkDistillationSaved& saved, const Tensor& grad_output,
                                 Tensor& grad_student, bool accumulate) {
   check_student(student_in);
-  RETORT_INPUT_CHECK(grad_student.shape() == student_in.shape() && grad_student.device() == student_in.device() &&
-                         is_floating(grad_student.dtype()),
-                     "{}_backward: the gradient buffer {} does not match student logits {}", kOp,
-                     grad_student.describe(), student_in.describe());
+  vp::check_grad_buffer(student_in, grad_student, kOp, "_backward", "student logits");
   const int64_t vocab_local = student_in.size(-1);
   RETORT_INPUT_CHECK(saved.row_stats.defined() && saved.row_stats.size(0) * vocab_local == student_in.numel() &&
                          saved.row_stats.device() == student_in.device(),
                      "{}_backward: saved statistics of {} rows do not fit student logits {}", kOp,
                      saved.row_stats.defined() ? saved.row_stats.size(0) : 0, student_in.describe());
   const Device device = student_in.device();
-  const DType stats = vp::stat_dtype(student_in);
-  Tensor g = grad_output.defined() ? grad_output : Tensor::full({}, 1.0, stats, device);
-  RETORT_INPUT_CHECK(g.numel() == 1, "{}_backward: grad_output {} must hold one value", kOp, g.describe());
-  g = g.to(stats).to(device);
+  const Tensor g = vp::scalar_grad_output(grad_output, vp::stat_dtype(student_in), device, kOp);
   const Tensor student = student_in.view({-1, vocab_local});
   Tensor grad = grad_student.view({-1, vocab_local});
   RETORT_TOPK_DISPATCH(device, backward, student, saved.indices, saved.logprobs, saved.labels, saved.mask,

@@ -54,6 +54,7 @@ TokenLoader::TokenLoader(const std::vector<fs::path>& shards, int64_t vocab_size
   RETORT_INPUT_CHECK(!shards.empty(), "the data loader got no token shards: prepare the data first");
   const int64_t T = options_.seq_len;
   first_window_.push_back(0);
+  int64_t stream_tokens = 0;
   for (const fs::path& path : shards) {
     TokenShard shard = TokenShard::open(path, vocab_size);
     RETORT_INPUT_CHECK(shard.size() >= T + 1,
@@ -62,6 +63,8 @@ TokenLoader::TokenLoader(const std::vector<fs::path>& shards, int64_t vocab_size
                        path.string(), shard.size(), T);
     // Windows start at 0, T, 2T, ... and need T + 1 tokens each.
     first_window_.push_back(first_window_.back() + (shard.size() - 1) / T);
+    stream_start_.push_back(stream_tokens);
+    stream_tokens += shard.size();
     shards_.push_back(std::move(shard));
   }
   total_windows_ = first_window_.back();
@@ -104,13 +107,14 @@ TokenBatch TokenLoader::next() {
   const int64_t B = options_.batch_size;
   const int64_t T = options_.seq_len;
   TokenBatch batch{B, T, std::vector<int32_t>(static_cast<size_t>(B * T)),
-                   std::vector<int32_t>(static_cast<size_t>(B * T))};
+                   std::vector<int32_t>(static_cast<size_t>(B * T)), std::vector<int64_t>(static_cast<size_t>(B))};
   const int64_t first = (position_ * options_.world + options_.rank) * B;
   for (int64_t row = 0; row < B; ++row) {
     const int64_t slot = first + row;
     const int64_t window = options_.mode == LoaderMode::kTrain ? order_[static_cast<size_t>(slot)] : slot;
     const WindowStart start = window_start(window);
     const TokenShard& shard = shards_[static_cast<size_t>(start.shard)];
+    batch.window_starts[static_cast<size_t>(row)] = stream_start_[static_cast<size_t>(start.shard)] + start.offset;
     shard.copy_to(start.offset,
                   std::span<int32_t>(batch.inputs).subspan(static_cast<size_t>(row * T), static_cast<size_t>(T)));
     shard.copy_to(start.offset + 1,

@@ -40,6 +40,10 @@ struct TokenBatch {
   int64_t seq = 0;
   std::vector<int32_t> inputs;   // batch x seq, row-major
   std::vector<int32_t> targets;  // batch x seq: inputs shifted left by one token
+  // Per row: the position of its first input token in the shards read in order as one stream (shard i starts
+  // at the total size of shards 0..i-1). Input (b, t) is stream token window_starts[b] + t; data kept per stream
+  // position (the teacher's top-k cache) is looked up through it.
+  std::vector<int64_t> window_starts;
 };
 
 // Where a loader is in its stream, plus the settings that define the stream, so that restoring into a
@@ -92,6 +96,7 @@ class TokenLoader {
   TokenLoaderOptions options_;
   std::vector<TokenShard> shards_;
   std::vector<int64_t> first_window_;  // per shard: global index of its first window; back() = total
+  std::vector<int64_t> stream_start_;  // per shard: stream position of its first token
   int64_t total_windows_ = 0;
   int64_t batches_per_epoch_ = 0;
   int64_t epoch_ = 0;

@@ -1,38 +1,43 @@
 #pragma once
 // Shared by the vocab-parallel cross-entropy tests: problems over a GLOBAL vocabulary, the float64 dense
 // reference (loss and full gradient, from the explicit target distribution rather than the op's closed form),
-// a runner that splits the columns over tp thread ranks and returns every rank's loss and LOCAL gradient, and
-// a communicator wrapper that counts collectives (and lets GPU tensors ride a Gloo group through the host).
+// and a runner that splits the columns over tp thread ranks and returns every rank's loss, LOCAL gradient and
+// collectives (the parts every loss test shares are in loss_test_support.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <limits>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/tensor/tensor.h"
-#include "core/util/error.h"
+#include "loss_test_support.h"
 #include "losses/cross_entropy.h"
-#include "parallel/comm/thread_ranks.h"
-
-#ifdef RETORT_WITH_CUDA
-#include "parallel/comm/nccl_communicator.h"
-#endif
 
 namespace retort::ce_testing {
 
+using loss_testing::column_slice;
+using loss_testing::kInf;
+using loss_testing::loss_error;
+using loss_testing::RankResult;
+using loss_testing::RecordingCommunicator;
+using loss_testing::scaled_error;
+using loss_testing::stored;
+using loss_testing::test_gloo_options;
+using loss_testing::Tolerance;
 using losses::CrossEntropyOptions;
 using losses::LabelSmoothingConvention;
 using losses::Reduction;
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+struct ErrorLogTag {
+  static constexpr const char* kName = "ce";
+  static constexpr int kWidth = 28;
+};
+using ErrorLog = loss_testing::ErrorLog<ErrorLogTag>;
 
 // One scenario; the global vocabulary is vocab_local x tp, so every tp gets shards of the same odd width.
 struct Case {
@@ -84,11 +89,6 @@ inline Problem make_problem(const Case& c, int tp, uint64_t seed = 1234) {
   return p;
 }
 
-// The values a tensor of `dtype` actually holds, so the reference sees the op's inputs exactly.
-inline std::vector<double> stored(const std::vector<double>& values, DType dtype) {
-  return Tensor::from_doubles(values, {static_cast<int64_t>(values.size())}, dtype).to_doubles();
-}
-
 struct Reference {
   double loss = 0;
   std::vector<double> grad;  // dense [rows, vocab]
@@ -129,70 +129,6 @@ inline Reference dense_reference(const Problem& p, const std::vector<double>& lo
   return ref;
 }
 
-// Columns [rank * V_local, (rank + 1) * V_local) of a [rows, vocab] matrix.
-inline std::vector<double> column_slice(const std::vector<double>& dense, const Problem& p, int rank) {
-  std::vector<double> out;
-  out.reserve(static_cast<size_t>(p.rows * p.vocab_local));
-  for (int64_t i = 0; i < p.rows; ++i) {
-    const double* row = dense.data() + i * p.vocab + rank * p.vocab_local;
-    out.insert(out.end(), row, row + p.vocab_local);
-  }
-  return out;
-}
-
-// Forwards to a real group and records every collective. Over Gloo, a GPU tensor travels through the host,
-// so GPU losses can run at tp > 1 as thread ranks sharing a single GPU.
-class RecordingCommunicator final : public Communicator {
- public:
-  explicit RecordingCommunicator(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
-
-  struct Call {
-    ReduceOp op;
-    Shape shape;
-  };
-  const std::vector<Call>& calls() const { return calls_; }
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string_view backend() const override { return inner_->backend(); }
-  const std::string& name() const override { return inner_->name(); }
-  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
-  void all_reduce(Tensor& tensor, ReduceOp op) override {
-    calls_.push_back({op, tensor.shape()});
-    if (tensor.device().is_cpu() || inner_->backend() != "gloo") return inner_->all_reduce(tensor, op);
-    Tensor host = tensor.to(Device::cpu());
-    inner_->all_reduce(host, op);
-    tensor.copy_(host);
-  }
-  void broadcast(Tensor&, int) override { unused("broadcast"); }
-  void barrier() override { inner_->barrier(); }
-  std::shared_ptr<Communicator> split(int, int) override { unused("split"); }
-
- protected:
-  void all_gather_flat(const Tensor&, Tensor&) override { unused("all_gather"); }
-  void reduce_scatter_flat(const Tensor&, Tensor&, ReduceOp) override { unused("reduce_scatter"); }
-  void check_signatures(const CollectiveSignature&) override {}
-
- private:
-  [[noreturn]] static void unused(const char* what) {
-    throw Error(std::string("RecordingCommunicator: the cross-entropy should not call ") + what);
-  }
-  std::shared_ptr<Communicator> inner_;
-  std::vector<Call> calls_;
-};
-
-struct RankResult {
-  double loss = 0;
-  std::vector<double> grad;  // this rank's local gradient, [rows, V_local]
-  std::vector<RecordingCommunicator::Call> forward_calls, backward_calls;
-};
-
-inline GlooOptions test_gloo_options() {
-  GlooOptions o;
-  o.timeout = std::chrono::seconds(60);
-  return o;
-}
-
 struct RunOptions {
   bool group_in_options = false;  // pass the group as options.group instead of on the logits' sharding
   bool device_targets = true;     // targets on the logits' device (else on the host)
@@ -204,92 +140,17 @@ struct RunOptions {
 inline std::vector<RankResult> run_tp(const Case& c, const Problem& p, int tp, DType dtype, Device base_device,
                                       RunOptions run = {}) {
   std::vector<RankResult> results(static_cast<size_t>(tp));
-  auto body = [&](std::shared_ptr<Communicator> gloo) {
-    const int rank = gloo ? gloo->rank() : 0;
-    const Device device = run.nccl ? Device::cuda(rank) : base_device;
-    std::shared_ptr<Communicator> transport = gloo;
-#ifdef RETORT_WITH_CUDA
-    if (run.nccl) transport = NcclCommunicator::create(std::dynamic_pointer_cast<GlooCommunicator>(gloo), rank);
-#endif
-    const Shape shape = c.three_d ? Shape{2, p.rows / 2, p.vocab_local} : Shape{p.rows, p.vocab_local};
-    const Shape leading(shape.begin(), shape.end() - 1);
-    Tensor logits = Tensor::from_doubles(column_slice(p.logits, p, rank), shape, dtype, device);
-    Tensor targets = Tensor::from_ints(p.targets, leading, run.device_targets ? device : Device::cpu());
-    CrossEntropyOptions options = c.options;
-    std::shared_ptr<RecordingCommunicator> group;
-    if (transport) {
-      group = std::make_shared<RecordingCommunicator>(transport);
-      if (run.group_in_options) {
-        options.group = group;
-      } else {
-        logits.set_sharding({static_cast<int>(shape.size()) - 1, 1, group});
-      }
-    }
-    logits.set_requires_grad();
-    Tensor loss = losses::cross_entropy(logits, targets, options);
-    RankResult& out = results[static_cast<size_t>(rank)];
-    out.loss = loss.item();
-    if (group) out.forward_calls = group->calls();
-    loss.backward();
-    out.grad = logits.grad().to_doubles();
-    if (group)
-      out.backward_calls.assign(group->calls().begin() + static_cast<ptrdiff_t>(out.forward_calls.size()),
-                                group->calls().end());
-  };
-  if (tp == 1) {
-    body(nullptr);
-  } else {
-    run_ranks(tp, body, test_gloo_options());
-  }
+  loss_testing::on_ranks(
+      tp, base_device, run.nccl, [&](int rank, Device device, std::shared_ptr<Communicator> transport) {
+        results[static_cast<size_t>(rank)] = loss_testing::run_rank(
+            p, p.logits, c.three_d, rank, dtype, device, transport, run.group_in_options, c.options,
+            [&](const Tensor& logits, const Shape& leading, const CrossEntropyOptions& options) {
+              const Tensor targets = Tensor::from_ints(p.targets, leading, run.device_targets ? device : Device::cpu());
+              return losses::cross_entropy(logits, targets, options);
+            });
+      });
   return results;
 }
-
-// max |a - e| / max |e| over the finite entries; an entry that is finite on one side only counts as infinite.
-inline double scaled_error(const std::vector<double>& actual, const std::vector<double>& expected) {
-  EXPECT_EQ(actual.size(), expected.size());
-  double scale = 0, worst = 0;
-  for (double e : expected) scale = std::max(scale, std::isfinite(e) ? std::abs(e) : 0.0);
-  for (size_t i = 0; i < std::min(actual.size(), expected.size()); ++i) {
-    if (actual[i] == expected[i]) continue;
-    worst = std::max(worst,
-                     std::isfinite(actual[i]) && std::isfinite(expected[i]) ? std::abs(actual[i] - expected[i]) : kInf);
-  }
-  return scale > 0 ? worst / scale : worst;
-}
-
-// |a - e| / max(|e|, 1): relative for losses of any size, absolute near 0; equal infinities give 0.
-inline double loss_error(double actual, double expected) {
-  if (actual == expected) return 0;
-  if (!std::isfinite(actual) || !std::isfinite(expected)) return kInf;
-  return std::abs(actual - expected) / std::max(std::abs(expected), 1.0);
-}
-
-// The worst errors seen per label, printed once at the end of the run (the report quotes them).
-class ErrorLog {
- public:
-  static ErrorLog& get() {
-    static ErrorLog log;
-    return log;
-  }
-  void note(const std::string& label, double loss_err, double grad_err) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto& [l, g] = worst_[label];
-    l = std::max(l, loss_err);
-    g = std::max(g, grad_err);
-  }
-  void print() const {
-    for (const auto& [label, e] : worst_)
-      std::printf("[ce max errors] %-28s loss %.3g  grad %.3g\n", label.c_str(), e.first, e.second);
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<std::string, std::pair<double, double>> worst_;
-};
-
-struct Tolerance {
-  double loss, grad;
-};
 
 // Stated once for every comparison against the float64 reference (observed worst cases in the report).
 // f64: rounding only. f32: exact inputs, float32 math (~1e-7 observed); with logits x1000 the gradient rebuilds
@@ -299,14 +160,9 @@ struct Tolerance {
 // measured on a GPU, so they are set from the float32 error analysis (S of ~4k terms: ~1e-6 relative).
 inline Tolerance tolerance_for(DType dtype, const Case& c, Device device = Device::cpu()) {
   const bool huge = c.scale >= 1000, gpu = device.is_cuda();
-  switch (dtype) {
-    case DType::F64:
-      return {1e-12, 1e-11};
-    case DType::F32:
-      return {gpu ? 4e-6 : 5e-7, huge ? 1e-3 : gpu ? 1e-5 : 2e-6};
-    default:
-      return {gpu ? 4e-6 : 5e-7, huge ? 5e-3 : gpu ? 5e-3 : 4e-3};
-  }
+  const Tolerance f32 = {gpu ? 4e-6 : 5e-7, huge ? 1e-3 : gpu ? 1e-5 : 2e-6};
+  const Tolerance bf16 = {gpu ? 4e-6 : 5e-7, huge ? 5e-3 : gpu ? 5e-3 : 4e-3};
+  return loss_testing::tolerance_by_dtype(dtype, f32, bf16);
 }
 
 // Every rank's loss equals the dense reference and its LOCAL gradient equals its column slice of the dense
@@ -322,23 +178,14 @@ inline void expect_matches_reference(const Case& c, int tp, DType dtype, Device 
   for (int r = 0; r < tp; ++r) {
     const RankResult& got = results[static_cast<size_t>(r)];
     const double le = loss_error(got.loss, ref.loss), ge = scaled_error(got.grad, column_slice(ref.grad, p, r));
-    EXPECT_LE(le, tol.loss) << "rank " << r << ": loss " << got.loss << ", reference " << ref.loss;
-    EXPECT_LE(ge, tol.grad) << "rank " << r << ": local gradient";
-    EXPECT_EQ(got.loss, results[0].loss) << "rank " << r << " disagrees with rank 0";
-    for (double g : got.grad) ASSERT_FALSE(std::isnan(g)) << "rank " << r << ": NaN in the gradient";
+    if (!loss_testing::expect_rank_close(r, got, results[0], ref.loss, le, ge, tol)) return;
     ErrorLog::get().note(label + " " + std::string(dtype_name(dtype)) + (c.scale >= 1000 ? " x1000" : ""), le, ge);
-    if (tp > 1) {
-      ASSERT_EQ(got.forward_calls.size(), 2u) << "rank " << r;
-      EXPECT_EQ(got.forward_calls[0].op, ReduceOp::Max);
-      EXPECT_EQ(got.forward_calls[0].shape, (Shape{p.rows}));
-      EXPECT_EQ(got.forward_calls[1].op, ReduceOp::Sum);
-      EXPECT_EQ(got.forward_calls[1].shape, (Shape{p.rows, c.options.label_smoothing > 0 ? 3 : 2}));
-      EXPECT_TRUE(got.backward_calls.empty()) << "rank " << r << ": the backward ran a collective";
-    }
+    if (!loss_testing::expect_collectives(r, tp, got, Shape{p.rows},
+                                          Shape{p.rows, c.options.label_smoothing > 0 ? 3 : 2}))
+      return;
   }
 }
 
-// The scenarios every backend is checked on (losses.md's edge-case list).
 inline std::vector<Case> reference_cases() {
   std::vector<Case> cases;
   auto add = [&](std::string name, auto&& tweak) {

@@ -2,8 +2,7 @@
 // Shared by the distribution-loss (KD) tests: student / teacher problems over a GLOBAL vocabulary, the float64
 // dense reference written from the definitions (loss and full gradient wrt the student), a runner that splits the
 // columns over tp thread ranks and returns every rank's loss and LOCAL gradient for a batch of loss settings in
-// one group, and the error measures. The collective recorder, Gloo options and loss error come from
-// ce_test_support.h.
+// one group (the parts every loss test shares are in loss_test_support.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,21 +18,32 @@
 #include <string>
 #include <vector>
 
-#include "ce_test_support.h"
 #include "core/tensor/tensor.h"
+#include "loss_test_support.h"
 #include "losses/distribution_loss.h"
 #include "parallel/comm/thread_ranks.h"
 
 namespace retort::kd_testing {
 
-using ce_testing::kInf;
-using ce_testing::loss_error;
-using ce_testing::RecordingCommunicator;
-using ce_testing::stored;
-using ce_testing::test_gloo_options;
+using loss_testing::column_slice;
+using loss_testing::grad_error;
+using loss_testing::kInf;
+using loss_testing::loss_error;
+using loss_testing::RankResult;
+using loss_testing::RecordingCommunicator;
+using loss_testing::stored;
+using loss_testing::test_gloo_options;
+using loss_testing::Tolerance;
 using losses::DistributionLossOptions;
 using losses::Divergence;
 using losses::Reduction;
+
+// The distribution and top-k tests share one log.
+struct ErrorLogTag {
+  static constexpr const char* kName = "kd";
+  static constexpr int kWidth = 44;
+};
+using ErrorLog = loss_testing::ErrorLog<ErrorLogTag>;
 
 inline const std::vector<Divergence>& all_divergences() {
   static const std::vector<Divergence> all = {Divergence::ForwardKL, Divergence::ReverseKL,
@@ -215,65 +225,10 @@ inline Reference reference_for(const Case& c, const Problem& p, const Distributi
   return dense_reference(p, stored(p.student, student), t, valid_rows(c, p), o);
 }
 
-// Columns [rank * V_local, (rank + 1) * V_local) of a [rows, vocab] matrix.
-inline std::vector<double> column_slice(const std::vector<double>& dense, const Problem& p, int rank) {
-  std::vector<double> out;
-  out.reserve(static_cast<size_t>(p.rows * p.vocab_local));
-  for (int64_t i = 0; i < p.rows; ++i) {
-    const double* row = dense.data() + i * p.vocab + rank * p.vocab_local;
-    out.insert(out.end(), row, row + p.vocab_local);
-  }
-  return out;
-}
-
-// max |a - e| over the entries, relative to the larger of max |e| and `unit` (the size of the gradient when a
-// token's probability moves by one: where every true entry is ~0, as for the reverse KL of one-hot rows, the
-// error is measured on that scale); an entry finite on one side only counts as infinite.
-inline double grad_error(const std::vector<double>& actual, const std::vector<double>& expected, double unit) {
-  EXPECT_EQ(actual.size(), expected.size());
-  double scale = unit, worst = 0;
-  for (double e : expected) scale = std::max(scale, std::isfinite(e) ? std::abs(e) : 0.0);
-  for (size_t i = 0; i < std::min(actual.size(), expected.size()); ++i) {
-    if (actual[i] == expected[i]) continue;
-    worst = std::max(worst,
-                     std::isfinite(actual[i]) && std::isfinite(expected[i]) ? std::abs(actual[i] - expected[i]) : kInf);
-  }
-  return worst / scale;
-}
-
-// The worst errors seen per label, printed once at the end of the run (the report quotes them).
-class ErrorLog {
- public:
-  static ErrorLog& get() {
-    static ErrorLog log;
-    return log;
-  }
-  void note(const std::string& label, double loss_err, double grad_err) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto& [l, g] = worst_[label];
-    l = std::max(l, loss_err);
-    g = std::max(g, grad_err);
-  }
-  void print() const {
-    for (const auto& [label, e] : worst_)
-      std::printf("[kd max errors] %-44s loss %.3g  grad %.3g\n", label.c_str(), e.first, e.second);
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<std::string, std::pair<double, double>> worst_;
-};
-
 // One loss setting of a batch run in the same group: the options (divergence, T, scaling) and its problem.
 struct Job {
   DistributionLossOptions options;
   const Problem* problem = nullptr;
-};
-
-struct RankResult {
-  double loss = 0;
-  std::vector<double> grad;  // this rank's local gradient, [rows, V_local]
-  std::vector<RecordingCommunicator::Call> forward_calls, backward_calls;
 };
 
 struct RunOptions {
@@ -288,54 +243,24 @@ inline std::vector<std::vector<RankResult>> run_tp(const Case& c, const std::vec
                                                    DType student_dtype, DType teacher_dtype, Device base_device,
                                                    RunOptions run = {}) {
   std::vector<std::vector<RankResult>> results(jobs.size(), std::vector<RankResult>(static_cast<size_t>(tp)));
-  auto body = [&](std::shared_ptr<Communicator> gloo) {
-    const int rank = gloo ? gloo->rank() : 0;
-    const Device device = run.nccl ? Device::cuda(rank) : base_device;
-    std::shared_ptr<Communicator> transport = gloo;
-#ifdef RETORT_WITH_CUDA
-    if (run.nccl) transport = NcclCommunicator::create(std::dynamic_pointer_cast<GlooCommunicator>(gloo), rank);
-#endif
-    for (size_t k = 0; k < jobs.size(); ++k) {
-      const Problem& p = *jobs[k].problem;
-      const Shape shape = c.three_d ? Shape{2, p.rows / 2, p.vocab_local} : Shape{p.rows, p.vocab_local};
-      const Shape leading(shape.begin(), shape.end() - 1);
-      Tensor student = Tensor::from_doubles(column_slice(p.student, p, rank), shape, student_dtype, device);
-      const Tensor teacher = Tensor::from_doubles(column_slice(p.teacher, p, rank), shape, teacher_dtype, device);
-      const Tensor labels =
-          c.labels ? Tensor::from_ints(p.labels, leading, run.device_labels ? device : Device::cpu()) : Tensor();
-      DistributionLossOptions options = jobs[k].options;
-      std::shared_ptr<RecordingCommunicator> group;
-      if (transport) {
-        group = std::make_shared<RecordingCommunicator>(transport);
-        if (run.group_in_options) {
-          options.group = group;
-        } else {
-          student.set_sharding({static_cast<int>(shape.size()) - 1, 1, group});
+  loss_testing::on_ranks(
+      tp, base_device, run.nccl, [&](int rank, Device device, std::shared_ptr<Communicator> transport) {
+        for (size_t k = 0; k < jobs.size(); ++k) {
+          const Problem& p = *jobs[k].problem;
+          results[k][static_cast<size_t>(rank)] = loss_testing::run_rank(
+              p, p.student, c.three_d, rank, student_dtype, device, transport, run.group_in_options, jobs[k].options,
+              [&](const Tensor& student, const Shape& leading, const DistributionLossOptions& options) {
+                const Tensor teacher =
+                    Tensor::from_doubles(column_slice(p.teacher, p, rank), student.shape(), teacher_dtype, device);
+                const Tensor labels =
+                    c.labels ? Tensor::from_ints(p.labels, leading, run.device_labels ? device : Device::cpu())
+                             : Tensor();
+                return losses::distribution_loss(student, teacher, labels, options);
+              });
         }
-      }
-      student.set_requires_grad();
-      Tensor loss = losses::distribution_loss(student, teacher, labels, options);
-      RankResult& out = results[k][static_cast<size_t>(rank)];
-      out.loss = loss.item();
-      if (group) out.forward_calls = group->calls();
-      loss.backward();
-      out.grad = student.grad().to_doubles();
-      if (group)
-        out.backward_calls.assign(group->calls().begin() + static_cast<ptrdiff_t>(out.forward_calls.size()),
-                                  group->calls().end());
-    }
-  };
-  if (tp == 1) {
-    body(nullptr);
-  } else {
-    run_ranks(tp, body, test_gloo_options());
-  }
+      });
   return results;
 }
-
-struct Tolerance {
-  double loss, grad;
-};
 
 // Stated once for every comparison against the float64 reference (observed worst cases in the report). The
 // gradient error is relative to max(max |g|, loss_scale / T / N) (grad_error).
@@ -346,14 +271,9 @@ struct Tolerance {
 // measured on a GPU, so they are set from the float32 error analysis.
 inline Tolerance tolerance_for(DType dtype, const Case& c, Device device = Device::cpu()) {
   const bool huge = c.scale >= 1000, gpu = device.is_cuda();
-  switch (dtype) {
-    case DType::F64:
-      return {1e-12, 1e-11};
-    case DType::F32:
-      return {gpu ? 4e-6 : 1e-6, huge ? 1e-3 : gpu ? 1e-5 : 2e-6};
-    default:
-      return {gpu ? 4e-6 : 1e-6, huge ? 5e-3 : 4e-3};
-  }
+  const Tolerance f32 = {gpu ? 4e-6 : 1e-6, huge ? 1e-3 : gpu ? 1e-5 : 2e-6};
+  const Tolerance bf16 = {gpu ? 4e-6 : 1e-6, huge ? 5e-3 : 4e-3};
+  return loss_testing::tolerance_by_dtype(dtype, f32, bf16);
 }
 
 // The jobs of a case: every divergence it covers x its temperatures x T^2 scaling on and off, each with the
@@ -405,24 +325,14 @@ inline void expect_matches_reference(const Case& c, int tp, DType dtype, DType t
       const RankResult& got = results[k][static_cast<size_t>(r)];
       const double le = loss_error(got.loss, ref.loss);
       const double ge = grad_error(got.grad, column_slice(ref.grad, p, r), ref.grad_unit);
-      EXPECT_LE(le, tol.loss) << "rank " << r << ": loss " << got.loss << ", reference " << ref.loss;
-      EXPECT_LE(ge, tol.grad) << "rank " << r << ": local gradient";
-      EXPECT_EQ(got.loss, results[k][0].loss) << "rank " << r << " disagrees with rank 0";
-      for (double g : got.grad) ASSERT_FALSE(std::isnan(g)) << "rank " << r << ": NaN in the gradient";
+      if (!loss_testing::expect_rank_close(r, got, results[k][0], ref.loss, le, ge, tol)) return;
       const std::string dtypes = dtype == teacher_dtype
                                      ? std::string(dtype_name(dtype))
                                      : std::string(dtype_name(dtype)) + "/" + std::string(dtype_name(teacher_dtype));
       ErrorLog::get().note(
           label + " " + divergence_name(job.options.divergence) + " " + dtypes + (c.scale >= 1000 ? " x1000" : ""), le,
           ge);
-      if (tp > 1) {
-        ASSERT_EQ(got.forward_calls.size(), 2u) << "rank " << r;
-        EXPECT_EQ(got.forward_calls[0].op, ReduceOp::Max);
-        EXPECT_EQ(got.forward_calls[0].shape, (Shape{p.rows, 2}));
-        EXPECT_EQ(got.forward_calls[1].op, ReduceOp::Sum);
-        EXPECT_EQ(got.forward_calls[1].shape, (Shape{p.rows, 3}));
-        EXPECT_TRUE(got.backward_calls.empty()) << "rank " << r << ": the backward ran a collective";
-      }
+      if (!loss_testing::expect_collectives(r, tp, got, Shape{p.rows, 2}, Shape{p.rows, 3})) return;
     }
   }
 }
@@ -482,6 +392,16 @@ inline std::vector<Case> reference_cases() {
     c.vocab_local = 8;
   });
   return cases;
+}
+
+// The case a teacher stored in another dtype than the student is checked on (every backend).
+inline Case mixed_dtypes_case() {
+  Case c;
+  c.name = "mixed_dtypes";
+  c.inf_entries = true;
+  c.temperatures = {2.5};
+  c.t_squared = {true};
+  return c;
 }
 
 inline std::string case_name(const ::testing::TestParamInfo<Case>& info) {

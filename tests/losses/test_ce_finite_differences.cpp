@@ -25,26 +25,14 @@ void expect_finite_differences_match(const Case& c) {
         const Tensor targets = Tensor::from_ints(p.targets, {p.rows});
         const std::vector<double> local = column_slice(p.logits, p, rank);
         auto loss_at = [&](const std::vector<double>& values) {
-          Tensor logits = Tensor::from_doubles(values, {p.rows, p.vocab_local}, DType::F64);
-          logits.set_sharding({1, 1, group});
+          const Tensor logits = loss_testing::sharded_f64(values, p.rows, p.vocab_local, group);
           return losses::cross_entropy_forward(logits, targets, c.options).loss.item();
         };
-        Tensor logits = Tensor::from_doubles(local, {p.rows, p.vocab_local}, DType::F64).set_requires_grad();
-        logits.set_sharding({1, 1, group});
+        Tensor logits = loss_testing::sharded_f64(local, p.rows, p.vocab_local, group);
+        logits.set_requires_grad();
         losses::cross_entropy(logits, targets, c.options).backward();
         const std::vector<double> grad = logits.grad().to_doubles();
-        const double h = 1e-5;
-        double worst = 0;
-        for (const auto& [i, j] : probes) {
-          const bool mine = j / p.vocab_local == rank;
-          const size_t k = static_cast<size_t>(i * p.vocab_local + j % p.vocab_local);
-          std::vector<double> plus = local, minus = local;
-          if (mine) plus[k] += h, minus[k] -= h;
-          const double fd = (loss_at(plus) - loss_at(minus)) / (2 * h);
-          if (!mine) continue;
-          EXPECT_NEAR(grad[k], fd, 1e-8) << "row " << i << ", global column " << j;
-          worst = std::max(worst, std::abs(grad[k] - fd));
-        }
+        const double worst = loss_testing::expect_finite_differences(rank, p.vocab_local, local, grad, probes, loss_at);
         ErrorLog::get().note("finite differences f64", 0, worst);
       },
       test_gloo_options());

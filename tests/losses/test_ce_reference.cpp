@@ -2,8 +2,6 @@
 // LOCAL gradient, for f64, f32 and bf16 logits, over losses.md's edge cases. Tolerances: tolerance_for().
 #include <gtest/gtest.h>
 
-#include <cstdio>
-
 #include "ce_test_support.h"
 
 namespace retort::ce_testing {
@@ -20,11 +18,8 @@ TEST_P(CrossEntropyReferenceCpu, EveryRankMatchesTheDenseReference) {
 INSTANTIATE_TEST_SUITE_P(Cases, CrossEntropyReferenceCpu, ::testing::ValuesIn(reference_cases()), case_name);
 
 // The worst errors of the whole run, for the record.
-class PrintErrorLog : public ::testing::Environment {
- public:
-  void TearDown() override { ErrorLog::get().print(); }
-};
-[[maybe_unused]] auto* const kPrintErrorLog = ::testing::AddGlobalTestEnvironment(new PrintErrorLog);
+[[maybe_unused]] auto* const kPrintErrorLog =
+    ::testing::AddGlobalTestEnvironment(new loss_testing::PrintErrorLog<ErrorLog>);
 
 }  // namespace
 }  // namespace retort::ce_testing

@@ -3,15 +3,9 @@
 // loss when smoothing mass sits on a -inf logit). Loss and gradient, at tp 1 and tp 2, f64 and f32 logits.
 // tests/losses/torch_cross_entropy.py computes the references in one run; skipped when torch is missing.
 #include <gtest/gtest.h>
-#include <unistd.h>
-
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "ce_test_support.h"
-#include "core/io/safetensors.h"
+#include "torch_oracle.h"
 
 namespace retort::ce_testing {
 namespace {
@@ -45,60 +39,29 @@ std::vector<Case> torch_cases() {
   return cases;
 }
 
-std::filesystem::path scratch() {
-  return std::filesystem::temp_directory_path() / ("retort_ce_torch_" + std::to_string(::getpid()));
-}
-
-bool python_has_torch() {
-  static const bool ok = std::system(RETORT_PYTHON " -c 'import torch' > /dev/null 2>&1") == 0;
-  return ok;
-}
-
-class CrossEntropyTorch : public ::testing::TestWithParam<Case> {
+class CrossEntropyTorch : public loss_testing::TorchOracleSuite<Case> {
  protected:
   static void SetUpTestSuite() {
-    if (!python_has_torch()) return;
-    std::filesystem::create_directories(scratch());
+    if (!open_scratch("ce")) return;
     std::string args;
     for (const Case& c : torch_cases()) {
       const Problem p = make_problem(c, 2);
-      const auto in = scratch() / (c.name + ".in.safetensors"), out = scratch() / (c.name + ".ref.safetensors");
-      save_safetensors(in,
+      save_safetensors(input_path(c.name),
                        {{"logits", Tensor::from_doubles(p.logits, {p.rows, p.vocab}, DType::F64)},
                         {"targets", Tensor::from_ints(p.targets, {p.rows})}},
                        {{"ignore_index", std::to_string(c.options.ignore_index)},
                         {"label_smoothing", std::to_string(c.options.label_smoothing)},
                         {"reduction", c.options.reduction == Reduction::Sum ? "sum" : "mean"}});
-      args += " '" + in.string() + "' '" + out.string() + "'";
+      args += pair_args(c.name);
     }
-    const auto log = scratch() / "torch.log";
-    const std::string command = std::string(RETORT_PYTHON " '") + RETORT_SOURCE_DIR +
-                                "/tests/losses/torch_cross_entropy.py'" + args + " > '" + log.string() + "' 2>&1";
-    if (std::system(command.c_str()) != 0) {
-      std::ostringstream text;
-      text << std::ifstream(log).rdbuf();
-      error_ = new std::string(command + "\n" + text.str());
-    }
+    run_script("torch_cross_entropy.py", args);
   }
-  static void TearDownTestSuite() {
-    std::error_code ignored;
-    std::filesystem::remove_all(scratch(), ignored);
-    delete error_;
-    error_ = nullptr;
-  }
-  void SetUp() override {
-    if (!python_has_torch()) GTEST_SKIP() << RETORT_PYTHON " cannot import torch (Debian's python3-torch)";
-    ASSERT_EQ(error_, nullptr) << *error_;
-  }
-
- private:
-  static inline std::string* error_ = nullptr;
 };
 
 TEST_P(CrossEntropyTorch, LossAndLocalGradientsMatchTorch) {
   const Case& c = GetParam();
   const Problem global = make_problem(c, 2);
-  const SafetensorsFile ref = load_safetensors(scratch() / (c.name + ".ref.safetensors"));
+  const SafetensorsFile ref = load_reference(c.name);
   const double torch_loss = ref.get("loss").to_doubles()[0];
   const std::vector<double> torch_grad = ref.get("grad").to_doubles();
   if (c.neg_inf_entries && c.options.label_smoothing > 0) {
@@ -115,8 +78,7 @@ TEST_P(CrossEntropyTorch, LossAndLocalGradientsMatchTorch) {
       for (int r = 0; r < tp; ++r) {
         const double le = loss_error(results[r].loss, torch_loss);
         const double ge = scaled_error(results[r].grad, column_slice(torch_grad, p, r));
-        EXPECT_LE(le, tol) << "rank " << r << ": " << results[r].loss << " vs torch " << torch_loss;
-        EXPECT_LE(ge, grad_tol) << "rank " << r;
+        loss_testing::expect_close_to_torch(r, results[r].loss, torch_loss, le, ge, {tol, grad_tol});
         ErrorLog::get().note("cpu vs torch " + std::string(dtype_name(dtype)), le, ge);
       }
     }

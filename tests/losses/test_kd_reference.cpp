@@ -4,8 +4,6 @@
 // student. Tolerances: tolerance_for().
 #include <gtest/gtest.h>
 
-#include <cstdio>
-
 #include "kd_test_support.h"
 
 namespace retort::kd_testing {
@@ -23,11 +21,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, DistributionLossReferenceCpu, ::testing::ValuesI
 
 // The teacher may come in another float dtype than the student (a bf16 teacher for an f32 student, say).
 TEST(DistributionLossCpu, TeacherInAnotherDtype) {
-  Case c;
-  c.name = "mixed_dtypes";
-  c.inf_entries = true;
-  c.temperatures = {2.5};
-  c.t_squared = {true};
+  const Case c = mixed_dtypes_case();
   for (int tp : {1, 2}) {
     expect_matches_reference(c, tp, DType::F32, DType::BF16, Device::cpu(), "cpu vs f64 reference");
     expect_matches_reference(c, tp, DType::BF16, DType::F32, Device::cpu(), "cpu vs f64 reference");
@@ -37,11 +31,8 @@ TEST(DistributionLossCpu, TeacherInAnotherDtype) {
 }
 
 // The worst errors of the whole run, for the record.
-class PrintErrorLog : public ::testing::Environment {
- public:
-  void TearDown() override { ErrorLog::get().print(); }
-};
-[[maybe_unused]] auto* const kPrintErrorLog = ::testing::AddGlobalTestEnvironment(new PrintErrorLog);
+[[maybe_unused]] auto* const kPrintErrorLog =
+    ::testing::AddGlobalTestEnvironment(new loss_testing::PrintErrorLog<ErrorLog>);
 
 }  // namespace
 }  // namespace retort::kd_testing

@@ -4,15 +4,9 @@
 // entries), all differentiated by autograd. Loss and gradient, at tp 1 and tp 2, f64 and f32 logits.
 // tests/losses/torch_kd.py computes the references in one run; skipped when torch is missing.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
-#include "core/io/safetensors.h"
 #include "kd_test_support.h"
+#include "torch_oracle.h"
 
 namespace retort::kd_testing {
 namespace {
@@ -58,33 +52,21 @@ std::vector<std::string> torch_names(const Case& c, Divergence d) {
   return {};
 }
 
-std::filesystem::path scratch() {
-  return std::filesystem::temp_directory_path() / ("retort_kd_torch_" + std::to_string(::getpid()));
-}
-
 std::string file_stem(const Case& c, const Job& job) {
   return c.name + "_" + divergence_name(job.options.divergence) + "_T" +
          std::to_string(static_cast<int>(job.options.temperature * 10)) + (job.options.scale_by_t_squared ? "_sq" : "");
 }
 
-bool python_has_torch() {
-  static const bool ok = std::system(RETORT_PYTHON " -c 'import torch' > /dev/null 2>&1") == 0;
-  return ok;
-}
-
-class DistributionLossTorch : public ::testing::TestWithParam<Case> {
+class DistributionLossTorch : public loss_testing::TorchOracleSuite<Case> {
  protected:
   static void SetUpTestSuite() {
-    if (!python_has_torch()) return;
-    std::filesystem::create_directories(scratch());
+    if (!open_scratch("kd")) return;
     std::string args;
     for (const Case& c : torch_cases()) {
       const CaseJobs cj = jobs_for(c, 2);
       for (const Job& job : cj.jobs) {
         const Problem& p = *job.problem;
-        const auto in = scratch() / (file_stem(c, job) + ".in.safetensors");
-        const auto out = scratch() / (file_stem(c, job) + ".ref.safetensors");
-        save_safetensors(in,
+        save_safetensors(input_path(file_stem(c, job)),
                          {{"student", Tensor::from_doubles(p.student, {p.rows, p.vocab}, DType::F64)},
                           {"teacher", Tensor::from_doubles(p.teacher, {p.rows, p.vocab}, DType::F64)},
                           {"labels", Tensor::from_ints(p.labels, {p.rows})}},
@@ -93,67 +75,32 @@ class DistributionLossTorch : public ::testing::TestWithParam<Case> {
                           {"ignore_index", std::to_string(c.options.ignore_index)},
                           {"use_labels", c.labels ? "1" : "0"},
                           {"reduction", c.options.reduction == Reduction::Sum ? "sum" : "mean"}});
-        args += " '" + in.string() + "' '" + out.string() + "'";
+        args += pair_args(file_stem(c, job));
       }
     }
-    const auto log = scratch() / "torch.log";
-    const std::string command = std::string(RETORT_PYTHON " '") + RETORT_SOURCE_DIR + "/tests/losses/torch_kd.py'" +
-                                args + " > '" + log.string() + "' 2>&1";
-    if (std::system(command.c_str()) != 0) {
-      std::ostringstream text;
-      text << std::ifstream(log).rdbuf();
-      error_ = new std::string(command + "\n" + text.str());
-    }
+    run_script("torch_kd.py", args);
   }
-  static void TearDownTestSuite() {
-    std::error_code ignored;
-    std::filesystem::remove_all(scratch(), ignored);
-    delete error_;
-    error_ = nullptr;
-  }
-  void SetUp() override {
-    if (!python_has_torch()) GTEST_SKIP() << RETORT_PYTHON " cannot import torch (Debian's python3-torch)";
-    ASSERT_EQ(error_, nullptr) << *error_;
-  }
-
- private:
-  static inline std::string* error_ = nullptr;
 };
 
 TEST_P(DistributionLossTorch, LossAndLocalGradientsMatchTorch) {
   const Case& c = GetParam();
-  for (int tp : {1, 2}) {
-    // The same global problems (made for tp 2) split over tp ranks.
-    CaseJobs cj = jobs_for(c, 2);
-    for (auto& [d, p] : cj.problems) p.vocab_local = p.vocab / tp;
-    for (DType dtype : {DType::F64, DType::F32}) {
-      SCOPED_TRACE("tp " + std::to_string(tp) + " " + std::string(dtype_name(dtype)));
-      const auto results = run_tp(c, cj.jobs, tp, dtype, dtype, Device::cpu());
-      // f32 inputs differ from torch's f64 ones by their rounding: the tolerance covers it (~1e-7 relative).
-      const double tol = dtype == DType::F64 ? 1e-12 : 2e-6, grad_tol = dtype == DType::F64 ? 1e-11 : 2e-6;
-      for (size_t k = 0; k < cj.jobs.size(); ++k) {
-        const Job& job = cj.jobs[k];
-        const Problem& p = *job.problem;
-        SCOPED_TRACE(job_label(job));
-        const SafetensorsFile ref = load_safetensors(scratch() / (file_stem(c, job) + ".ref.safetensors"));
-        const double unit = loss_scale_of(job.options) / job.options.temperature;
-        for (const std::string& name : torch_names(c, job.options.divergence)) {
-          SCOPED_TRACE(name);
-          const double torch_loss = ref.get(name + "_loss").to_doubles()[0];
-          const std::vector<double> torch_grad = ref.get(name + "_grad").to_doubles();
-          ASSERT_TRUE(std::isfinite(torch_loss));
-          for (int r = 0; r < tp; ++r) {
-            const double le = loss_error(results[k][r].loss, torch_loss);
-            // the unit without the denominator: a conservative floor for the mean as well
-            const double ge = grad_error(results[k][r].grad, column_slice(torch_grad, p, r), unit / p.rows);
-            EXPECT_LE(le, tol) << "rank " << r << ": " << results[k][r].loss << " vs torch " << torch_loss;
-            EXPECT_LE(ge, grad_tol) << "rank " << r;
-            ErrorLog::get().note("cpu vs torch " + name + " " + std::string(dtype_name(dtype)), le, ge);
-          }
-        }
+  loss_testing::check_split_jobs(c, [&](DType dtype, const std::vector<Job>& jobs, const auto& results) {
+    // f32 inputs differ from torch's f64 ones by their rounding: the tolerance covers it (~1e-7 relative).
+    const double tol = dtype == DType::F64 ? 1e-12 : 2e-6, grad_tol = dtype == DType::F64 ? 1e-11 : 2e-6;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      const Job& job = jobs[k];
+      const Problem& p = *job.problem;
+      SCOPED_TRACE(job_label(job));
+      const SafetensorsFile ref = load_reference(file_stem(c, job));
+      const double unit = loss_scale_of(job.options) / job.options.temperature;
+      for (const std::string& name : torch_names(c, job.options.divergence)) {
+        SCOPED_TRACE(name);
+        // the unit without the denominator: a conservative floor for the mean as well
+        loss_testing::expect_ranks_match_torch<ErrorLog>(ref, name, results[k], p, unit / p.rows, {tol, grad_tol},
+                                                         "cpu vs torch " + name + " " + std::string(dtype_name(dtype)));
       }
     }
-  }
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, DistributionLossTorch, ::testing::ValuesIn(torch_cases()), case_name);

@@ -148,19 +148,8 @@ TEST(TopkDistillationCuda, AccumulateIntoAnF32BufferForBf16Logits) {
     losses::topk_distillation_backward(student, forward.saved, two, buffer, true);
     losses::topk_distillation_backward(student, forward.saved, two, buffer, true);
     const Reference ref = reference_for(c, p, o, DType::BF16, DType::F32);
-    const auto got = buffer.to_doubles();
-    double worst = 0, scale = ref.grad_unit;
-    for (double g : ref.grad) scale = std::max(scale, std::abs(g));
-    for (int64_t i = 0; i < p.rows; ++i) {
-      for (int64_t j = 0; j < p.vocab; ++j) {
-        const size_t at = static_cast<size_t>(i * p.vocab + j);
-        if (!valid[i]) {
-          ASSERT_EQ(got[at], 0.5) << "masked row " << i << " was written";
-        } else {
-          worst = std::max(worst, std::abs(got[at] - 0.5 - 4 * ref.grad[at]) / (4 * scale));
-        }
-      }
-    }
+    const double worst =
+        loss_testing::accumulated_error(buffer.to_doubles(), ref.grad, ref.grad_unit, valid, p.rows, p.vocab);
     EXPECT_LE(worst, 1e-5) << divergence_name(d);
     ErrorLog::get().note("topk cuda bf16 logits, f32 grad " + divergence_name(d), 0, worst);
   }

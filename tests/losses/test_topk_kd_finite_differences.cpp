@@ -27,26 +27,14 @@ void expect_finite_differences_match(const Case& c, const Problem& p, const Topk
         const TopkTargets targets = targets_of(c, p, {p.rows}, DType::F64, Device::cpu());
         const std::vector<double> local = column_slice(p.student, p, rank);
         auto loss_at = [&](const std::vector<double>& values) {
-          Tensor student = Tensor::from_doubles(values, {p.rows, p.vocab_local}, DType::F64);
-          student.set_sharding({1, 1, group});
+          const Tensor student = loss_testing::sharded_f64(values, p.rows, p.vocab_local, group);
           return losses::topk_distillation_forward(student, targets, options).loss.item();
         };
-        Tensor student = Tensor::from_doubles(local, {p.rows, p.vocab_local}, DType::F64).set_requires_grad();
-        student.set_sharding({1, 1, group});
+        Tensor student = loss_testing::sharded_f64(local, p.rows, p.vocab_local, group);
+        student.set_requires_grad();
         losses::topk_distillation_loss(student, targets, options).backward();
         const std::vector<double> grad = student.grad().to_doubles();
-        const double h = 1e-5;
-        double worst = 0;
-        for (const auto& [i, j] : probes) {
-          const bool mine = j / p.vocab_local == rank;
-          const size_t at = static_cast<size_t>(i * p.vocab_local + j % p.vocab_local);
-          std::vector<double> plus = local, minus = local;
-          if (mine) plus[at] += h, minus[at] -= h;
-          const double fd = (loss_at(plus) - loss_at(minus)) / (2 * h);
-          if (!mine) continue;
-          EXPECT_NEAR(grad[at], fd, 1e-8) << "row " << i << ", global column " << j;
-          worst = std::max(worst, std::abs(grad[at] - fd));
-        }
+        const double worst = loss_testing::expect_finite_differences(rank, p.vocab_local, local, grad, probes, loss_at);
         ErrorLog::get().note("topk finite differences f64 " + divergence_name(options.divergence), 0, worst);
       },
       test_gloo_options());

@@ -2,8 +2,8 @@
 // Shared by the top-k distillation tests: problems over a GLOBAL vocabulary (student logits, full teacher logits
 // and the top-k cache made from them), the float64 dense reference written from full-vocabulary softmaxes, a
 // runner that splits the student's columns over tp thread ranks and returns every rank's loss and LOCAL
-// gradient for a batch of loss settings in one group, and the error measures. The collective recorder, Gloo
-// options and the loss/gradient error measures come from ce_test_support.h and kd_test_support.h.
+// gradient for a batch of loss settings in one group (the parts every loss test shares are in
+// loss_test_support.h; the error log is the one of kd_test_support.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,13 +24,16 @@
 
 namespace retort::topk_testing {
 
-using ce_testing::kInf;
-using ce_testing::loss_error;
-using ce_testing::RecordingCommunicator;
-using ce_testing::stored;
-using ce_testing::test_gloo_options;
 using kd_testing::ErrorLog;
-using kd_testing::grad_error;
+using loss_testing::column_slice;
+using loss_testing::grad_error;
+using loss_testing::kInf;
+using loss_testing::loss_error;
+using loss_testing::RankResult;
+using loss_testing::RecordingCommunicator;
+using loss_testing::stored;
+using loss_testing::test_gloo_options;
+using loss_testing::Tolerance;
 using losses::Reduction;
 using losses::TopkDistillationOptions;
 using losses::TopkDivergence;
@@ -338,27 +341,10 @@ inline Reference reference_for(const Case& c, const Problem& p, const TopkDistil
   return dense_reference(p, stored(p.student, student), l, valid_rows(c, p), o, c.labels);
 }
 
-// Columns [rank * V_local, (rank + 1) * V_local) of a [rows, vocab] matrix.
-inline std::vector<double> column_slice(const std::vector<double>& dense, const Problem& p, int rank) {
-  std::vector<double> out;
-  out.reserve(static_cast<size_t>(p.rows * p.vocab_local));
-  for (int64_t i = 0; i < p.rows; ++i) {
-    const double* row = dense.data() + i * p.vocab + rank * p.vocab_local;
-    out.insert(out.end(), row, row + p.vocab_local);
-  }
-  return out;
-}
-
 // One loss setting of a batch run in the same group: the options and its problem (cache temperature).
 struct Job {
   TopkDistillationOptions options;
   const Problem* problem = nullptr;
-};
-
-struct RankResult {
-  double loss = 0;
-  std::vector<double> grad;  // this rank's local gradient, [rows, V_local]
-  std::vector<RecordingCommunicator::Call> forward_calls, backward_calls;
 };
 
 struct RunOptions {
@@ -384,52 +370,21 @@ inline std::vector<std::vector<RankResult>> run_tp(const Case& c, const std::vec
                                                    DType student_dtype, DType cache_dtype, Device base_device,
                                                    RunOptions run = {}) {
   std::vector<std::vector<RankResult>> results(jobs.size(), std::vector<RankResult>(static_cast<size_t>(tp)));
-  auto body = [&](std::shared_ptr<Communicator> gloo) {
-    const int rank = gloo ? gloo->rank() : 0;
-    const Device device = run.nccl ? Device::cuda(rank) : base_device;
-    std::shared_ptr<Communicator> transport = gloo;
-#ifdef RETORT_WITH_CUDA
-    if (run.nccl) transport = NcclCommunicator::create(std::dynamic_pointer_cast<GlooCommunicator>(gloo), rank);
-#endif
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      const Problem& p = *jobs[j].problem;
-      const Shape shape = c.three_d ? Shape{2, p.rows / 2, p.vocab_local} : Shape{p.rows, p.vocab_local};
-      const Shape leading(shape.begin(), shape.end() - 1);
-      Tensor student = Tensor::from_doubles(column_slice(p.student, p, rank), shape, student_dtype, device);
-      const TopkTargets targets = targets_of(c, p, leading, cache_dtype, run.device_targets ? device : Device::cpu());
-      TopkDistillationOptions options = jobs[j].options;
-      std::shared_ptr<RecordingCommunicator> group;
-      if (transport) {
-        group = std::make_shared<RecordingCommunicator>(transport);
-        if (run.group_in_options) {
-          options.group = group;
-        } else {
-          student.set_sharding({static_cast<int>(shape.size()) - 1, 1, group});
+  loss_testing::on_ranks(
+      tp, base_device, run.nccl, [&](int rank, Device device, std::shared_ptr<Communicator> transport) {
+        for (size_t j = 0; j < jobs.size(); ++j) {
+          const Problem& p = *jobs[j].problem;
+          results[j][static_cast<size_t>(rank)] = loss_testing::run_rank(
+              p, p.student, c.three_d, rank, student_dtype, device, transport, run.group_in_options, jobs[j].options,
+              [&](const Tensor& student, const Shape& leading, const TopkDistillationOptions& options) {
+                const TopkTargets targets =
+                    targets_of(c, p, leading, cache_dtype, run.device_targets ? device : Device::cpu());
+                return losses::topk_distillation_loss(student, targets, options);
+              });
         }
-      }
-      student.set_requires_grad();
-      Tensor loss = losses::topk_distillation_loss(student, targets, options);
-      RankResult& out = results[j][static_cast<size_t>(rank)];
-      out.loss = loss.item();
-      if (group) out.forward_calls = group->calls();
-      loss.backward();
-      out.grad = student.grad().to_doubles();
-      if (group)
-        out.backward_calls.assign(group->calls().begin() + static_cast<ptrdiff_t>(out.forward_calls.size()),
-                                  group->calls().end());
-    }
-  };
-  if (tp == 1) {
-    body(nullptr);
-  } else {
-    run_ranks(tp, body, test_gloo_options());
-  }
+      });
   return results;
 }
-
-struct Tolerance {
-  double loss, grad;
-};
 
 // Stated once for every comparison against the float64 reference. The gradient error is relative to
 // max(max |g|, the gradient of one unit of probability) (grad_error). f64: rounding only. f32: float32 math on
@@ -438,14 +393,9 @@ struct Tolerance {
 // sums exp in float with running maxima (the CPU in double).
 inline Tolerance tolerance_for(DType dtype, const Case& c, Device device = Device::cpu()) {
   const bool huge = c.scale >= 1000, gpu = device.is_cuda();
-  switch (dtype) {
-    case DType::F64:
-      return {1e-12, 1e-11};
-    case DType::F32:
-      return {huge ? 1e-5 : gpu ? 4e-6 : 2e-6, huge ? 1e-3 : gpu ? 1e-5 : 4e-6};
-    default:
-      return {huge ? 1e-5 : gpu ? 4e-6 : 2e-6, huge ? 5e-3 : 4e-3};
-  }
+  const Tolerance f32 = {huge ? 1e-5 : gpu ? 4e-6 : 2e-6, huge ? 1e-3 : gpu ? 1e-5 : 4e-6};
+  const Tolerance bf16 = {huge ? 1e-5 : gpu ? 4e-6 : 2e-6, huge ? 5e-3 : 4e-3};
+  return loss_testing::tolerance_by_dtype(dtype, f32, bf16);
 }
 
 // The jobs of a case: every divergence it covers, at T = 1 and (with_temperature) T = 2.5 with the T^2 scaling
@@ -508,21 +458,11 @@ inline void expect_matches_reference(const Case& c, int tp, DType dtype, Device 
       const RankResult& got = results[j][static_cast<size_t>(r)];
       const double le = loss_error(got.loss, ref.loss);
       const double ge = grad_error(got.grad, column_slice(ref.grad, p, r), ref.grad_unit);
-      EXPECT_LE(le, tol.loss) << "rank " << r << ": loss " << got.loss << ", reference " << ref.loss;
-      EXPECT_LE(ge, tol.grad) << "rank " << r << ": local gradient";
-      EXPECT_EQ(got.loss, results[j][0].loss) << "rank " << r << " disagrees with rank 0";
-      for (double g : got.grad) ASSERT_FALSE(std::isnan(g)) << "rank " << r << ": NaN in the gradient";
+      if (!loss_testing::expect_rank_close(r, got, results[j][0], ref.loss, le, ge, tol)) return;
       ErrorLog::get().note(label + " " + divergence_name(job.options.divergence) + " " +
                                std::string(dtype_name(dtype)) + (c.scale >= 1000 ? " x1000" : ""),
                            le, ge);
-      if (tp > 1) {
-        ASSERT_EQ(got.forward_calls.size(), 2u) << "rank " << r;
-        EXPECT_EQ(got.forward_calls[0].op, ReduceOp::Max);
-        EXPECT_EQ(got.forward_calls[0].shape, (Shape{p.rows, 3}));
-        EXPECT_EQ(got.forward_calls[1].op, ReduceOp::Sum);
-        EXPECT_EQ(got.forward_calls[1].shape, (Shape{p.rows, 7}));
-        EXPECT_TRUE(got.backward_calls.empty()) << "rank " << r << ": the backward ran a collective";
-      }
+      if (!loss_testing::expect_collectives(r, tp, got, Shape{p.rows, 3}, Shape{p.rows, 7})) return;
     }
   }
 }

@@ -18,48 +18,14 @@ references on finite logits only.)
 
 Usage: /usr/bin/python3 tests/losses/torch_kd.py IN OUT [IN2 OUT2 ...]
 (several pairs per run, because importing torch costs more than the losses). Written for Debian's
-python3-torch 1.13; the safetensors format is parsed here so no extra package is needed.
+python3-torch 1.13; the safetensors files are read and written by oracle_io.py (no extra package).
 """
-import json
-import struct
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-_NP_DTYPES = {"F64": np.float64, "I32": np.int32}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (header_len,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + header_len])
-    metadata = header.pop("__metadata__", {})
-    data = blob[8 + header_len:]
-    tensors = {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        array = np.frombuffer(data[begin:end], dtype=np.dtype(_NP_DTYPES[info["dtype"]]).newbyteorder("<"))
-        tensors[name] = array.reshape(info["shape"]).copy()
-    return tensors, metadata
-
-
-def write_safetensors(path, tensors):
-    header, chunks, offset = {}, [], 0
-    for name, array in tensors.items():
-        raw = np.ascontiguousarray(array, dtype="<f8").tobytes()
-        header[name] = {"dtype": "F64", "shape": list(array.shape), "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    encoded = json.dumps(header).encode()
-    encoded += b" " * (-len(encoded) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)))
-        f.write(encoded)
-        for raw in chunks:
-            f.write(raw)
+from oracle_io import read_safetensors, record_loss, run_pairs, write_safetensors
 
 
 def per_row_losses(x, t, T):
@@ -91,18 +57,9 @@ def run(in_path, out_path):
         student = torch.tensor(tensors["student"], dtype=torch.float64, requires_grad=True)
         rows = per_row_losses(student, teacher, T)[name]
         loss = torch.where(valid, rows, torch.zeros((), dtype=rows.dtype)).sum() / count * scale
-        loss.backward()
-        out[name + "_loss"] = loss.detach().reshape(1).numpy()
-        out[name + "_grad"] = student.grad.numpy()
+        record_loss(out, name, loss, student)
     write_safetensors(out_path, out)
 
 
-def main(argv):
-    if len(argv) < 2 or len(argv) % 2:
-        raise SystemExit(__doc__)
-    for i in range(0, len(argv), 2):
-        run(argv[i], argv[i + 1])
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_pairs(run, sys.argv[1:], __doc__)

@@ -20,14 +20,12 @@ covers -inf).
 
 Usage: /usr/bin/python3 tests/losses/torch_topk_kd.py IN OUT [IN2 OUT2 ...]
 """
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_kd import read_safetensors, write_safetensors  # noqa: E402  (the same safetensors subset)
+from oracle_io import read_safetensors, record_loss, run_pairs, write_safetensors
 
 
 def per_row_divergences(x, idx, l, T, renormalized_scale, w):
@@ -71,18 +69,9 @@ def run(in_path, out_path):
             ce = F.cross_entropy(student, labels.clamp(min=0), reduction="none")
             rows = rows + (1 - kd) * ce
         loss = torch.where(valid, rows, torch.zeros((), dtype=rows.dtype)).sum() / count
-        loss.backward()
-        out[name + "_loss"] = loss.detach().reshape(1).numpy()
-        out[name + "_grad"] = student.grad.numpy()
+        record_loss(out, name, loss, student)
     write_safetensors(out_path, out)
 
 
-def main(argv):
-    if len(argv) < 2 or len(argv) % 2:
-        raise SystemExit(__doc__)
-    for i in range(0, len(argv), 2):
-        run(argv[i], argv[i + 1])
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_pairs(run, sys.argv[1:], __doc__)

@@ -6,10 +6,12 @@
 #include <limits>
 
 #include "core/kernels/cpu/cpu_common.h"
+#include "losses/kernels/cpu/loss_rows.h"
 #include "losses/kernels/cross_entropy_kernels.h"
 
 namespace retort::losses::kernels::cpu {
 
+using cpu_rows::worth_threads;
 using retort::kernels::cpu::dispatch_real;
 using retort::kernels::cpu::OutputSlot;
 using retort::kernels::cpu::widen;
@@ -18,11 +20,6 @@ namespace {
 
 bool owns(int64_t target, const CrossEntropyParams& p, int64_t vocab_local) {
   return target >= p.vocab_start && target < p.vocab_start + vocab_local;
-}
-
-// Rows of a few thousand logits already pay for a thread team.
-bool worth_threads(int64_t rows, int64_t vocab) {
-  return rows > 1 && rows * vocab > 16384;
 }
 
 }  // namespace
@@ -98,11 +95,7 @@ void finish(const Tensor& global_max, const Tensor& partials, const Tensor& targ
       if (p.z_loss != 0.0) row += p.z_loss * (gm[r] + log_s) * (gm[r] + log_s);
       total += row;
     }
-    double denom = 1.0;
-    if (p.reduction == Reduction::Mean) denom = static_cast<double>(std::max<int64_t>(valid, 1));
-    if (p.reduction == Reduction::Normalizer) denom = p.normalizer;
-    loss.data<T>()[0] = static_cast<T>(total / denom);
-    denominator.data<T>()[0] = static_cast<T>(denom);
+    cpu_rows::store_reduced<T>(total, valid, p.reduction, p.normalizer, loss, denominator);
   });
 }
 
@@ -115,7 +108,7 @@ void backward(const Tensor& logits_in, const Tensor& targets, const Tensor& lse,
                dtype_name(dlogits_in.dtype()), dtype_name(logits_in.dtype()));
   const int64_t rows = logits.size(0), vocab = logits.size(1);
   const int32_t* t = targets.data<int32_t>();
-  const double coef = (grad_output.defined() ? grad_output.item() : 1.0) / denominator.item();
+  const double coef = cpu_rows::backward_scale(grad_output, denominator);
   dispatch_real(logits.dtype(), [&]<typename T>() {
     const T* l = lse.data<T>();
     const T uniform = static_cast<T>(p.smoothing / static_cast<double>(p.vocab_total));

@@ -8,10 +8,12 @@
 #include <limits>
 
 #include "core/kernels/cpu/cpu_common.h"
+#include "losses/kernels/cpu/loss_rows.h"
 #include "losses/kernels/distribution_kernels.h"
 
 namespace retort::losses::kernels::distribution::cpu {
 
+using cpu_rows::worth_threads;
 using retort::kernels::cpu::dispatch_real;
 using retort::kernels::cpu::OutputSlot;
 using retort::kernels::cpu::widen;
@@ -19,16 +21,6 @@ using retort::kernels::cpu::widen;
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// Rows of a few thousand logits already pay for a thread team.
-bool worth_threads(int64_t rows, int64_t vocab) {
-  return rows > 1 && rows * vocab > 16384;
-}
-
-// The teacher in the student's compute type (the student already widened).
-Tensor teacher_like(const Tensor& teacher, const Tensor& student) {
-  return teacher.dtype() == student.dtype() ? teacher : teacher.to(student.dtype());
-}
 
 bool is_valid(const Tensor& labels, int64_t row, int ignore_index) {
   return !labels.defined() || labels.data<int32_t>()[row] != ignore_index;
@@ -39,7 +31,7 @@ bool is_valid(const Tensor& labels, int64_t row, int ignore_index) {
 void local_stats(const Tensor& student_in, const Tensor& teacher_in, const DistributionParams& p, Tensor& local_max,
                  Tensor& partials) {
   const Tensor student = widen(student_in);
-  const Tensor teacher = teacher_like(teacher_in, student);
+  const Tensor teacher = cpu_rows::like(teacher_in, student);
   const int64_t rows = student.size(0), vocab = student.size(1);
   dispatch_real(student.dtype(), [&]<typename T>() {
     constexpr T kNegInf = -std::numeric_limits<T>::infinity();
@@ -162,11 +154,7 @@ void finish(const Tensor& global_max, const Tensor& partials, const Tensor& labe
       }
       total += p.loss_scale * divergence;
     }
-    double denom = 1.0;
-    if (p.reduction == Reduction::Mean) denom = static_cast<double>(std::max<int64_t>(valid, 1));
-    if (p.reduction == Reduction::Normalizer) denom = p.normalizer;
-    loss.data<T>()[0] = static_cast<T>(total / denom);
-    denominator.data<T>()[0] = static_cast<T>(denom);
+    cpu_rows::store_reduced<T>(total, valid, p.reduction, p.normalizer, loss, denominator);
   });
 }
 
@@ -174,15 +162,14 @@ void backward(const Tensor& student_in, const Tensor& teacher_in, const Tensor& 
               const Tensor& grad_output, const Tensor& denominator, const DistributionParams& p, bool accumulate,
               Tensor& dstudent_in) {
   const Tensor student = widen(student_in);
-  const Tensor teacher = teacher_like(teacher_in, student);
+  const Tensor teacher = cpu_rows::like(teacher_in, student);
   OutputSlot slot(dstudent_in, accumulate);
   Tensor& dstudent = slot.get();
   RETORT_CHECK(dstudent.dtype() == student.dtype(), "distribution_loss backward: a {} gradient for {} logits",
                dtype_name(dstudent_in.dtype()), dtype_name(student_in.dtype()));
   const int64_t rows = student.size(0), vocab = student.size(1);
   // d/dx = (1/T) d/dx': the chain rule through x / T, against the loss's T^2 (or 1).
-  const double coef =
-      (grad_output.defined() ? grad_output.item() : 1.0) / denominator.item() * p.loss_scale * p.inv_temperature;
+  const double coef = cpu_rows::backward_scale(grad_output, denominator) * p.loss_scale * p.inv_temperature;
   dispatch_real(student.dtype(), [&]<typename T>() {
     const T inv_t = static_cast<T>(p.inv_temperature), c = static_cast<T>(coef);
     const T* stats = row_stats.data<T>();

@@ -9,11 +9,14 @@
 #include <vector>
 
 #include "core/kernels/cpu/cpu_common.h"
+#include "losses/kernels/cpu/loss_rows.h"
 #include "losses/kernels/topk_distillation_kernels.h"
 #include "losses/kernels/topk_distillation_row_math.h"
 
 namespace retort::losses::kernels::topk::cpu {
 
+using cpu_rows::like;
+using cpu_rows::worth_threads;
 using retort::kernels::cpu::dispatch_real;
 using retort::kernels::cpu::OutputSlot;
 using retort::kernels::cpu::widen;
@@ -21,15 +24,6 @@ using retort::kernels::cpu::widen;
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// Rows of a few thousand logits already pay for a thread team.
-bool worth_threads(int64_t rows, int64_t vocab) {
-  return rows > 1 && rows * vocab > 16384;
-}
-
-Tensor like(const Tensor& t, const Tensor& student) {
-  return t.dtype() == student.dtype() ? t : t.to(student.dtype());
-}
 
 bool is_valid(const Tensor& labels, const Tensor& mask, int64_t row, int ignore_index) {
   if (mask.defined() && mask.data<int32_t>()[row] == 0) return false;
@@ -225,11 +219,7 @@ void finish(const Tensor& global_max, const Tensor& partials, const Tensor& labe
                (static_cast<double>(stats[kRowRawMax] - in[kLabelLogit]) + static_cast<double>(stats[kRowRawLogSum]));
       total += row;
     }
-    double denom = 1.0;
-    if (p.reduction == Reduction::Mean) denom = static_cast<double>(std::max<int64_t>(valid, 1));
-    if (p.reduction == Reduction::Normalizer) denom = p.normalizer;
-    loss.data<T>()[0] = static_cast<T>(total / denom);
-    denominator.data<T>()[0] = static_cast<T>(denom);
+    cpu_rows::store_reduced<T>(total, valid, p.reduction, p.normalizer, loss, denominator);
   });
 }
 
@@ -243,7 +233,7 @@ void backward(const Tensor& student_in, const Tensor& indices, const Tensor& log
   RETORT_CHECK(dstudent.dtype() == student.dtype(), "topk_distillation_loss backward: a {} gradient for {} logits",
                dtype_name(dstudent_in.dtype()), dtype_name(student_in.dtype()));
   const int64_t rows = student.size(0), vocab = student.size(1), k = indices.size(1);
-  const double scale = (grad_output.defined() ? grad_output.item() : 1.0) / denominator.item();
+  const double scale = cpu_rows::backward_scale(grad_output, denominator);
   // d/dx = (1/T) d/dz: the chain rule through z = x / T, against the loss's T^2 (or 1).
   const double kd_coef = uses_kd(p) ? scale * p.kd_ratio * p.loss_scale * p.inv_temperature : 0.0;
   const double ce_coef = scale * (1.0 - p.kd_ratio);

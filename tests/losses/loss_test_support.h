@@ -1,0 +1,381 @@
+#pragma once
+// What the vocab-parallel loss tests (cross-entropy, distribution and top-k distillation) share: values as a
+// dtype stores them, column shards of dense matrices, a communicator wrapper that counts collectives (and lets
+// GPU tensors ride a Gloo group through the host), the thread-rank runner, the error measures, the per-label
+// log of worst errors, and the checks of one rank against the dense float64 reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+#include "core/util/error.h"
+#include "parallel/comm/thread_ranks.h"
+
+#ifdef RETORT_WITH_CUDA
+#include "parallel/comm/nccl_communicator.h"
+#endif
+
+namespace retort::loss_testing {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The values a tensor of `dtype` actually holds, so the reference sees the op's inputs exactly.
+inline std::vector<double> stored(const std::vector<double>& values, DType dtype) {
+  return Tensor::from_doubles(values, {static_cast<int64_t>(values.size())}, dtype).to_doubles();
+}
+
+// Columns [rank * V_local, (rank + 1) * V_local) of a [rows, vocab] matrix (p: rows, vocab, vocab_local).
+template <typename Problem>
+std::vector<double> column_slice(const std::vector<double>& dense, const Problem& p, int rank) {
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(p.rows * p.vocab_local));
+  for (int64_t i = 0; i < p.rows; ++i) {
+    const double* row = dense.data() + i * p.vocab + rank * p.vocab_local;
+    out.insert(out.end(), row, row + p.vocab_local);
+  }
+  return out;
+}
+
+// Forwards to a real group and records every collective. Over Gloo, a GPU tensor travels through the host,
+// so GPU losses can run at tp > 1 as thread ranks sharing a single GPU.
+class RecordingCommunicator final : public Communicator {
+ public:
+  explicit RecordingCommunicator(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+
+  struct Call {
+    ReduceOp op;
+    Shape shape;
+  };
+  const std::vector<Call>& calls() const { return calls_; }
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string_view backend() const override { return inner_->backend(); }
+  const std::string& name() const override { return inner_->name(); }
+  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
+  void all_reduce(Tensor& tensor, ReduceOp op) override {
+    calls_.push_back({op, tensor.shape()});
+    if (tensor.device().is_cpu() || inner_->backend() != "gloo") return inner_->all_reduce(tensor, op);
+    Tensor host = tensor.to(Device::cpu());
+    inner_->all_reduce(host, op);
+    tensor.copy_(host);
+  }
+  void broadcast(Tensor&, int) override { unused("broadcast"); }
+  void barrier() override { inner_->barrier(); }
+  std::shared_ptr<Communicator> split(int, int) override { unused("split"); }
+
+ protected:
+  void all_gather_flat(const Tensor&, Tensor&) override { unused("all_gather"); }
+  void reduce_scatter_flat(const Tensor&, Tensor&, ReduceOp) override { unused("reduce_scatter"); }
+  void check_signatures(const CollectiveSignature&) override {}
+
+ private:
+  [[noreturn]] static void unused(const char* what) {
+    throw Error(std::string("RecordingCommunicator: a vocab-parallel loss should not call ") + what);
+  }
+  std::shared_ptr<Communicator> inner_;
+  std::vector<Call> calls_;
+};
+
+struct RankResult {
+  double loss = 0;
+  std::vector<double> grad;  // this rank's local gradient, [rows, V_local]
+  std::vector<RecordingCommunicator::Call> forward_calls, backward_calls;
+};
+
+inline GlooOptions test_gloo_options() {
+  GlooOptions o;
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
+// Calls body(rank, device, transport) on each of `tp` ranks: at tp 1 once, with no transport at all; above, on
+// Gloo thread ranks, each on `base_device`, or (nccl) rank r on cuda:r over NCCL.
+template <typename Body>
+void on_ranks(int tp, Device base_device, bool nccl, Body&& body) {
+  auto rank_body = [&](std::shared_ptr<Communicator> gloo) {
+    const int rank = gloo ? gloo->rank() : 0;
+    const Device device = nccl ? Device::cuda(rank) : base_device;
+    std::shared_ptr<Communicator> transport = gloo;
+#ifdef RETORT_WITH_CUDA
+    if (nccl) transport = NcclCommunicator::create(std::dynamic_pointer_cast<GlooCommunicator>(gloo), rank);
+#endif
+    body(rank, device, transport);
+  };
+  if (tp == 1) {
+    rank_body(nullptr);
+  } else {
+    run_ranks(tp, rank_body, test_gloo_options());
+  }
+}
+
+// The group a rank's loss reduces over: `transport` wrapped so its collectives are recorded, handed to the loss
+// in its options (group_in_options) or on the sharding of the logits' last dim. Null without a transport.
+inline std::shared_ptr<RecordingCommunicator> record_group(const std::shared_ptr<Communicator>& transport,
+                                                           bool group_in_options, Tensor& logits,
+                                                           std::shared_ptr<Communicator>& options_group) {
+  if (!transport) return nullptr;
+  auto group = std::make_shared<RecordingCommunicator>(transport);
+  if (group_in_options) {
+    options_group = group;
+  } else {
+    logits.set_sharding({logits.ndim() - 1, 1, group});
+  }
+  return group;
+}
+
+// Runs the backward of a rank's scalar `loss`; returns the loss, the gradient of `logits` and the collectives
+// the forward and the backward ran on `group` (when there is one).
+inline RankResult finish_rank(Tensor& loss, const Tensor& logits, const RecordingCommunicator* group) {
+  RankResult out;
+  out.loss = loss.item();
+  if (group) out.forward_calls = group->calls();
+  loss.backward();
+  out.grad = logits.grad().to_doubles();
+  if (group)
+    out.backward_calls.assign(group->calls().begin() + static_cast<ptrdiff_t>(out.forward_calls.size()),
+                              group->calls().end());
+  return out;
+}
+
+// One rank's run of a loss: its logits are its column slice of `dense` (p: rows, vocab, vocab_local) shaped
+// [rows, V_local], or [2, rows / 2, V_local] when three_d, stored as `dtype` on `device`; the recorded group (when
+// there is a transport) goes on their sharding or, group_in_options, into options.group; loss_of(logits, their
+// leading dims, options) computes the loss. Returns the loss, the LOCAL gradient and the collectives.
+template <typename Problem, typename Options, typename LossOf>
+RankResult run_rank(const Problem& p, const std::vector<double>& dense, bool three_d, int rank, DType dtype,
+                    Device device, const std::shared_ptr<Communicator>& transport, bool group_in_options,
+                    Options options, LossOf&& loss_of) {
+  const Shape shape = three_d ? Shape{2, p.rows / 2, p.vocab_local} : Shape{p.rows, p.vocab_local};
+  const Shape leading(shape.begin(), shape.end() - 1);
+  Tensor logits = Tensor::from_doubles(column_slice(dense, p, rank), shape, dtype, device);
+  const auto group = record_group(transport, group_in_options, logits, options.group);
+  logits.set_requires_grad();
+  Tensor loss = loss_of(logits, leading, options);
+  return finish_rank(loss, logits, group.get());
+}
+
+// A [rows, vocab_local] f64 shard of logits split over `group` on its last dim.
+inline Tensor sharded_f64(const std::vector<double>& values, int64_t rows, int64_t vocab_local,
+                          const std::shared_ptr<Communicator>& group) {
+  Tensor t = Tensor::from_doubles(values, {rows, vocab_local}, DType::F64);
+  t.set_sharding({1, 1, group});
+  return t;
+}
+
+// Central finite differences against this rank's analytic LOCAL gradient `grad` at tp > 1: for each probe (row,
+// global column) the owner of that logit moves it by +-h in its shard `local` ([rows, vocab_local]) while every
+// rank recomputes the collective loss_at(values); the owner expects its gradient within 1e-8 of the quotient.
+// Returns the worst error over this rank's probes.
+template <typename LossAt>
+double expect_finite_differences(int rank, int64_t vocab_local, const std::vector<double>& local,
+                                 const std::vector<double>& grad,
+                                 const std::vector<std::pair<int64_t, int64_t>>& probes, LossAt&& loss_at) {
+  const double h = 1e-5;
+  double worst = 0;
+  for (const auto& [i, j] : probes) {
+    const bool mine = j / vocab_local == rank;
+    const size_t at = static_cast<size_t>(i * vocab_local + j % vocab_local);
+    std::vector<double> plus = local, minus = local;
+    if (mine) plus[at] += h, minus[at] -= h;
+    const double fd = (loss_at(plus) - loss_at(minus)) / (2 * h);
+    if (!mine) continue;
+    EXPECT_NEAR(grad[at], fd, 1e-8) << "row " << i << ", global column " << j;
+    worst = std::max(worst, std::abs(grad[at] - fd));
+  }
+  return worst;
+}
+
+// The largest |a - e| over the entries (an entry finite on one side only counts as infinite) and the scale it
+// is measured on: the larger of `floor` and the largest finite |e|.
+struct Difference {
+  double worst = 0, scale = 0;
+};
+inline Difference max_difference(const std::vector<double>& actual, const std::vector<double>& expected, double floor) {
+  EXPECT_EQ(actual.size(), expected.size());
+  Difference d{0, floor};
+  for (double e : expected) d.scale = std::max(d.scale, std::isfinite(e) ? std::abs(e) : 0.0);
+  for (size_t i = 0; i < std::min(actual.size(), expected.size()); ++i) {
+    if (actual[i] == expected[i]) continue;
+    d.worst = std::max(
+        d.worst, std::isfinite(actual[i]) && std::isfinite(expected[i]) ? std::abs(actual[i] - expected[i]) : kInf);
+  }
+  return d;
+}
+
+// max |a - e| / max |e| over the finite entries; an entry that is finite on one side only counts as infinite.
+inline double scaled_error(const std::vector<double>& actual, const std::vector<double>& expected) {
+  const Difference d = max_difference(actual, expected, 0.0);
+  return d.scale > 0 ? d.worst / d.scale : d.worst;
+}
+
+// max |a - e| over the entries, relative to the larger of max |e| and `unit` (the size of the gradient when a
+// token's probability moves by one: where every true entry is ~0, as for the reverse KL of one-hot rows, the
+// error is measured on that scale); an entry finite on one side only counts as infinite.
+inline double grad_error(const std::vector<double>& actual, const std::vector<double>& expected, double unit) {
+  const Difference d = max_difference(actual, expected, unit);
+  return d.worst / d.scale;
+}
+
+// |a - e| / max(|e|, 1): relative for losses of any size, absolute near 0; equal infinities give 0.
+inline double loss_error(double actual, double expected) {
+  if (actual == expected) return 0;
+  if (!std::isfinite(actual) || !std::isfinite(expected)) return kInf;
+  return std::abs(actual - expected) / std::max(std::abs(expected), 1.0);
+}
+
+// The worst errors seen per label, printed once at the end of the run (the report quotes them). Tag::kName
+// names the log in its lines, Tag::kWidth is the width of the label column.
+template <typename Tag>
+class ErrorLog {
+ public:
+  static ErrorLog& get() {
+    static ErrorLog log;
+    return log;
+  }
+  void note(const std::string& label, double loss_err, double grad_err) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& [l, g] = worst_[label];
+    l = std::max(l, loss_err);
+    g = std::max(g, grad_err);
+  }
+  void print() const {
+    for (const auto& [label, e] : worst_)
+      std::printf("[%s max errors] %-*s loss %.3g  grad %.3g\n", Tag::kName, Tag::kWidth, label.c_str(), e.first,
+                  e.second);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::pair<double, double>> worst_;
+};
+
+// Prints Log::get() when the whole run ends: register with ::testing::AddGlobalTestEnvironment.
+template <typename Log>
+class PrintErrorLog : public ::testing::Environment {
+ public:
+  void TearDown() override { Log::get().print(); }
+};
+
+struct Tolerance {
+  double loss, grad;
+};
+
+// A loss's tolerances against the float64 reference by the logits' dtype: f64 (rounding only) is the same for
+// every loss, f32 and the 16-bit dtypes are the loss's own.
+inline Tolerance tolerance_by_dtype(DType dtype, Tolerance f32, Tolerance bf16) {
+  switch (dtype) {
+    case DType::F64:
+      return {1e-12, 1e-11};
+    case DType::F32:
+      return f32;
+    default:
+      return bf16;
+  }
+}
+
+// Two runs of the same jobs ([job][rank]), the group passed on the sharding and in the options: the same
+// losses and LOCAL gradients, and the second ran its two collectives too.
+inline void expect_same_runs(const std::vector<std::vector<RankResult>>& from_sharding,
+                             const std::vector<std::vector<RankResult>>& from_options) {
+  ASSERT_EQ(from_sharding.size(), from_options.size());
+  for (size_t j = 0; j < from_sharding.size(); ++j)
+    for (size_t r = 0; r < from_sharding[j].size(); ++r) {
+      EXPECT_EQ(from_sharding[j][r].loss, from_options[j][r].loss);
+      EXPECT_EQ(from_sharding[j][r].grad, from_options[j][r].grad);
+      EXPECT_EQ(from_options[j][r].forward_calls.size(), 2u);
+    }
+}
+
+// A group of one rank (world 1, the student sharded over it) or a student replicated on every rank of a group
+// (world 2, no partition dim): the loss runs no collective and equals the dense reference. loss_of(student)
+// computes the loss of a [rows, vocab] student (the whole vocabulary) that requires its gradient.
+template <typename LossOf>
+void expect_local_without_collectives(const std::vector<double>& student_values, int64_t rows, int64_t vocab,
+                                      double ref_loss, const std::vector<double>& ref_grad, double grad_unit,
+                                      LossOf&& loss_of) {
+  for (int world : {1, 2}) {
+    run_ranks(
+        world,
+        [&](std::shared_ptr<Communicator> gloo) {
+          auto group = std::make_shared<RecordingCommunicator>(gloo);
+          Tensor student = Tensor::from_doubles(student_values, {rows, vocab}, DType::F64);
+          student.set_sharding({world == 1 ? 1 : -1, 1, group});
+          Tensor loss = loss_of(student.set_requires_grad());
+          loss.backward();
+          EXPECT_TRUE(group->calls().empty());
+          EXPECT_LE(loss_error(loss.item(), ref_loss), 1e-12);
+          EXPECT_LE(grad_error(student.grad().to_doubles(), ref_grad, grad_unit), 1e-11);
+        },
+        test_gloo_options());
+  }
+}
+
+// A [rows, vocab] gradient buffer that held 0.5 everywhere and then took two accumulating backward passes with
+// grad_output 2: the rows that are not valid still hold 0.5 (a failure and +inf otherwise); returns the worst
+// |got - 0.5 - 4 g| / (4 scale) over the valid rows, scale = max(unit, max |g|) for the reference gradient g.
+inline double accumulated_error(const std::vector<double>& got, const std::vector<double>& ref_grad, double unit,
+                                const std::vector<bool>& valid, int64_t rows, int64_t vocab) {
+  double worst = 0, scale = unit;
+  for (double g : ref_grad) scale = std::max(scale, std::abs(g));
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < vocab; ++j) {
+      const size_t at = static_cast<size_t>(i * vocab + j);
+      if (valid[static_cast<size_t>(i)]) {
+        worst = std::max(worst, std::abs(got[at] - 0.5 - 4 * ref_grad[at]) / (4 * scale));
+      } else if (got[at] != 0.5) {
+        ADD_FAILURE() << "masked row " << i << " was written: " << got[at] << " at column " << j;
+        return kInf;
+      }
+    }
+  }
+  return worst;
+}
+
+// One rank against the reference: its loss and LOCAL gradient errors (le, ge) within `tol`, the same loss as
+// rank 0 (`first`), no NaN in the gradient. False after a failure that ends the comparison.
+[[nodiscard]] inline bool expect_rank_close(int r, const RankResult& got, const RankResult& first, double ref_loss,
+                                            double le, double ge, const Tolerance& tol) {
+  EXPECT_LE(le, tol.loss) << "rank " << r << ": loss " << got.loss << ", reference " << ref_loss;
+  EXPECT_LE(ge, tol.grad) << "rank " << r << ": local gradient";
+  EXPECT_EQ(got.loss, first.loss) << "rank " << r << " disagrees with rank 0";
+  for (double g : got.grad) {
+    if (!std::isnan(g)) continue;
+    ADD_FAILURE() << "rank " << r << ": NaN in the gradient";
+    return false;
+  }
+  return true;
+}
+
+// At tp > 1 the forward ran exactly one MAX all-reduce of `max_shape` and one SUM all-reduce of `sum_shape`,
+// the backward none; at tp 1, nothing to check. False after a failure that ends the comparison.
+[[nodiscard]] inline bool expect_collectives(int r, int tp, const RankResult& got, const Shape& max_shape,
+                                             const Shape& sum_shape) {
+  if (tp == 1) return true;
+  EXPECT_EQ(got.forward_calls.size(), 2u) << "rank " << r;
+  if (got.forward_calls.size() != 2) return false;
+  EXPECT_EQ(got.forward_calls[0].op, ReduceOp::Max);
+  EXPECT_EQ(got.forward_calls[0].shape, max_shape);
+  EXPECT_EQ(got.forward_calls[1].op, ReduceOp::Sum);
+  EXPECT_EQ(got.forward_calls[1].shape, sum_shape);
+  EXPECT_TRUE(got.backward_calls.empty()) << "rank " << r << ": the backward ran a collective";
+  return true;
+}
+
+// One rank against a PyTorch reference: loss and LOCAL gradient errors (le, ge) within `tol`.
+inline void expect_close_to_torch(int r, double loss, double torch_loss, double le, double ge, const Tolerance& tol) {
+  EXPECT_LE(le, tol.loss) << "rank " << r << ": " << loss << " vs torch " << torch_loss;
+  EXPECT_LE(ge, tol.grad) << "rank " << r;
+}
+
+}  // namespace retort::loss_testing

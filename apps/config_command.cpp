@@ -1,0 +1,45 @@
+#include "apps/config_command.h"
+
+#include "apps/launcher.h"
+#include "core/util/error.h"
+
+namespace retort::apps {
+
+void add_config_command_options(CLI::App* cmd, ConfigCommandArgs& args, const std::string& example_config,
+                                bool distributed) {
+  cmd->add_option("--config", args.config_path, "YAML config file (" + example_config + ")");
+  cmd->add_option("--device", args.device, "cpu, cuda or cuda:N (overrides run.device)");
+  cmd->add_flag("--help-config", args.help_config, "list every config key with its default and exit");
+  if (distributed)
+    cmd->add_option("--nproc", args.nproc, "start this many local ranks (as retort launch --nproc N does)")
+        ->check(CLI::Range(1, 4096));
+  cmd->add_option("overrides", args.overrides, "config overrides: key.sub=value ...");
+}
+
+ResolvedConfig resolve_config_args(const ConfigCommandArgs& args, const ConfigSchema& schema) {
+  Config config = args.config_path.empty() ? Config() : Config::load(args.config_path);
+  config.apply_overrides(args.overrides);
+  return config.resolve(schema);
+}
+
+Device device_from_args(const ConfigCommandArgs& args, const ResolvedConfig& config) {
+  const Device device = Device::parse(args.device.empty() ? config.get_string("run.device") : args.device);
+  if (device.is_cuda())
+    RETORT_INPUT_CHECK(device.index < cuda_device_count(), "--device {}: this machine has {} CUDA device(s)",
+                       device.str(), cuda_device_count());
+  return device;
+}
+
+int relaunch_on_ranks(const std::vector<std::string>& words, const ConfigCommandArgs& args) {
+  std::vector<std::string> argv{"/proc/self/exe"};
+  argv.insert(argv.end(), words.begin(), words.end());
+  if (!args.config_path.empty()) argv.insert(argv.end(), {"--config", args.config_path});
+  if (!args.device.empty()) argv.insert(argv.end(), {"--device", args.device});
+  if (args.resume) argv.push_back("--resume");
+  argv.insert(argv.end(), args.overrides.begin(), args.overrides.end());
+  LaunchOptions options;
+  options.nproc = args.nproc;
+  return launch_local(argv, options).exit_code;
+}
+
+}  // namespace retort::apps

@@ -1,0 +1,37 @@
+#pragma once
+// What every config-driven subcommand (`retort train`, `retort distill train|topk|run`) shares: its arguments
+// (a YAML file, a device, --resume, --help-config, --nproc and key=value overrides), their resolution against a
+// schema, and the relaunch of the same command on N local ranks.
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "core/config/config.h"
+#include "core/tensor/device.h"
+
+namespace retort::apps {
+
+struct ConfigCommandArgs {
+  std::string config_path;
+  std::string device;
+  bool resume = false;
+  bool help_config = false;
+  int nproc = 1;
+  std::vector<std::string> overrides;
+};
+
+// --config, --device, --help-config and the overrides; --nproc when `distributed`. (--resume is the caller's.)
+void add_config_command_options(CLI::App* cmd, ConfigCommandArgs& args, const std::string& example_config,
+                                bool distributed);
+
+// The file (or the defaults) with the overrides applied, resolved against `schema`.
+ResolvedConfig resolve_config_args(const ConfigCommandArgs& args, const ConfigSchema& schema);
+
+// --device, else run.device; a GPU index this machine does not have is an InputError.
+Device device_from_args(const ConfigCommandArgs& args, const ResolvedConfig& config);
+
+// `retort WORDS... --nproc N ...` is `retort launch --nproc N -- retort WORDS... ...`: the same arguments, less
+// --nproc. Returns the launch's exit status.
+int relaunch_on_ranks(const std::vector<std::string>& words, const ConfigCommandArgs& args);
+
+}  // namespace retort::apps

@@ -12,6 +12,10 @@
 #include "core/nn/layers.h"
 #include "parallel/tp/layers.h"
 
+namespace retort::generate {
+class KvCache;
+}
+
 namespace retort {
 
 struct GptConfig {
@@ -36,6 +40,8 @@ class GptBlock : public nn::Module {
  public:
   GptBlock(const GptConfig& config, const std::shared_ptr<Communicator>& tp_group);
   Tensor forward(const Tensor& x, DType compute_dtype) const;
+  // x [B, T_new, C] of new positions; reads and extends layer `layer` of the cache (see GptModel::forward_cached).
+  Tensor forward_cached(const Tensor& x, generate::KvCache& cache, int64_t layer, DType compute_dtype) const;
 
  private:
   int64_t local_heads_;
@@ -58,6 +64,13 @@ class GptModel : public nn::Module {
   // ids i32 [B, T] -> logits [B, T, vocab / tp] in compute_dtype (f32 or bf16; parameters stay f32), sharded
   // over the tp group (logits.sharding()) when there is one.
   Tensor forward(const Tensor& ids, DType compute_dtype = DType::F32) const;
+
+  // Inference with a KV cache, no tape. ids i32 [B, T_new] (right-padded): row b has valid[b] <= T_new real tokens,
+  // at positions cache.length(b), cache.length(b) + 1, ... (each < cache.capacity()). Returns the logits of each
+  // row's LAST valid position, [B, V_local] sharded like forward()'s (rows with valid 0: meaningless, ignore), and
+  // advances the cache by `valid`. Prefill is one call with the prompts; decoding is one call per token with T_new 1.
+  Tensor forward_cached(const Tensor& ids, const std::vector<int64_t>& valid, generate::KvCache& cache,
+                        DType compute_dtype = DType::F32) const;
 
   const GptConfig& config() const { return config_; }
   const std::shared_ptr<Communicator>& tp_group() const { return tp_group_; }

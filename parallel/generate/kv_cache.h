@@ -1,0 +1,48 @@
+#pragma once
+// The keys and values of every attention layer of a GptModel for a batch of sequences being generated, so that
+// each new token costs one position of compute instead of a whole forward over the prefix. Under tensor
+// parallelism every rank caches only its own heads (the q|k|v projection is column-parallel), so the cache is
+// 1/tp of the dense one and no rank ever sees another rank's keys.
+//
+// Sequences advance independently: each has its own length, its new tokens go to positions length, length+1, ...
+// and attend keys [0, position]. A batch of prompts of different lengths is therefore right-padded, prefilled in
+// one call with per-row valid counts, and decoded one token per row per step; a row's padding is written past its
+// length and overwritten by its next real token, never read. Batched generation equals one-by-one generation.
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+
+namespace retort {
+class GptModel;
+}
+
+namespace retort::generate {
+
+class KvCache {
+ public:
+  // Room for `capacity` positions (at most the model's block_size) of `batch` sequences, in `dtype` (the compute
+  // dtype of the forward) on `device`, with the model's layer count and this rank's heads.
+  KvCache(const GptModel& model, int64_t batch, int64_t capacity, DType dtype, Device device);
+
+  int64_t batch() const { return batch_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t length(int64_t row) const { return lengths_[static_cast<size_t>(row)]; }
+  const std::vector<int64_t>& lengths() const { return lengths_; }
+
+  // Per layer: keys and values [batch, local_heads, capacity, head_dim].
+  Tensor& keys(int64_t layer) { return keys_[static_cast<size_t>(layer)]; }
+  Tensor& values(int64_t layer) { return values_[static_cast<size_t>(layer)]; }
+
+  // Called by the model after every layer has written `valid[row]` new positions of each row.
+  void advance(const std::vector<int64_t>& valid);
+  // Forgets every sequence (lengths back to 0); the memory is kept for the next batch.
+  void reset();
+
+ private:
+  int64_t batch_ = 0, capacity_ = 0;
+  std::vector<int64_t> lengths_;
+  std::vector<Tensor> keys_, values_;
+};
+
+}  // namespace retort::generate

@@ -8,6 +8,7 @@
 #include "core/io/atomic_file.h"
 #include "core/io/safetensors.h"
 #include "core/util/error.h"
+#include "parallel/tp/sharding.h"
 
 namespace retort::apps {
 
@@ -98,7 +99,7 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
 
 namespace {
 
-nlohmann::json read_trainer_state(const fs::path& dir, const CheckpointShard& shard) {
+nlohmann::json parse_trainer_state(const fs::path& dir) {
   RETORT_INPUT_CHECK(fs::exists(dir / "trainer.json"), "checkpoint {} has no trainer.json: it is incomplete",
                      dir.string());
   nlohmann::json state;
@@ -108,6 +109,11 @@ nlohmann::json read_trainer_state(const fs::path& dir, const CheckpointShard& sh
     throw InputError(
         fmt::format("{}/trainer.json is not valid JSON ({}): the checkpoint is corrupt", dir.string(), e.what()));
   }
+  return state;
+}
+
+nlohmann::json read_trainer_state(const fs::path& dir, const CheckpointShard& shard) {
+  nlohmann::json state = parse_trainer_state(dir);
   const int saved_tp = state.value("tp", 1);
   RETORT_INPUT_CHECK(saved_tp == shard.tp_size,
                      "checkpoint {} was written with parallel.tp = {} but this run has parallel.tp = {}: resume with "
@@ -116,13 +122,39 @@ nlohmann::json read_trainer_state(const fs::path& dir, const CheckpointShard& sh
   return state;
 }
 
+// Weights written at tp = saved_tp, re-split for this shard: every saved shard of a parameter is read, the full
+// tensor assembled along the layout the model's layers record, and this rank's part cut from it.
+NamedTensors resharded_weights(const fs::path& dir, const nn::Module& model, int saved_tp,
+                               const CheckpointShard& shard) {
+  std::vector<SafetensorsFile> saved;
+  for (int r = 0; r < saved_tp; ++r) {
+    const CheckpointShard source{r, saved_tp};
+    RETORT_INPUT_CHECK(fs::exists(dir / source.file("model")), "checkpoint {} has no {}: it is incomplete",
+                       dir.string(), source.file("model"));
+    saved.push_back(load_safetensors(dir / source.file("model")));
+  }
+  NamedTensors local;
+  for (const auto& [name, param] : model.named_parameters()) {
+    std::vector<Tensor> shards;
+    for (const SafetensorsFile& file : saved) shards.push_back(file.get(name));
+    const Tensor full = tp::assemble_full(shards, param.sharding());
+    local.emplace_back(name, tp::shard_of(full, param.sharding(), shard.tp_rank, shard.tp_size));
+  }
+  return local;
+}
+
 }  // namespace
 
 nlohmann::json load_model_weights(const fs::path& dir, nn::Module& model, const CheckpointShard& shard) {
-  nlohmann::json state = read_trainer_state(dir, shard);
-  RETORT_INPUT_CHECK(fs::exists(dir / shard.file("model")), "checkpoint {} has no {}: it is incomplete", dir.string(),
-                     shard.file("model"));
-  model.load_state_dict(load_safetensors(dir / shard.file("model")).tensors);
+  nlohmann::json state = parse_trainer_state(dir);
+  const int saved_tp = state.value("tp", 1);
+  if (saved_tp == shard.tp_size) {
+    RETORT_INPUT_CHECK(fs::exists(dir / shard.file("model")), "checkpoint {} has no {}: it is incomplete", dir.string(),
+                       shard.file("model"));
+    model.load_state_dict(load_safetensors(dir / shard.file("model")).tensors);
+  } else {
+    model.load_state_dict(resharded_weights(dir, model, saved_tp, shard));
+  }
   return state;
 }
 

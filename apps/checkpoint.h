@@ -39,8 +39,8 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 nlohmann::json load_checkpoint(const std::filesystem::path& checkpoint_dir, nn::Module& model,
                                optim::Optimizer& optimizer, const CheckpointShard& shard = {});
 
-// Loads only this shard's weights (inference: a teacher, an evaluation) and returns trainer.json. A checkpoint
-// written at another tp is an InputError naming both.
+// Loads only this shard's weights (inference: a teacher, an evaluation, generation) and returns trainer.json. A
+// checkpoint written at another tp is re-split: a model trained at tp 1 can be served at tp 2 and the other way.
 nlohmann::json load_model_weights(const std::filesystem::path& checkpoint_dir, nn::Module& model,
                                   const CheckpointShard& shard = {});
 

@@ -17,8 +17,10 @@ int group_rank(const std::shared_ptr<Communicator>& group) {
 
 namespace {
 
+// The layout is recorded even without a group (a dense model): it is how a checkpoint written at one tp is
+// re-split for another (apps/checkpoint), and is_sharded() stays false until there is a group.
 void tag(Tensor& param, int dim, int blocks, const std::shared_ptr<Communicator>& group) {
-  if (group) param.set_sharding({dim, blocks, group});
+  param.set_sharding({dim, blocks, group});
 }
 
 }  // namespace
@@ -91,7 +93,7 @@ Tensor vocab_parallel_logits(const Tensor& x, const Tensor& weight_shard, const 
 void mark_replicated(const nn::Module& module, const std::shared_ptr<Communicator>& group) {
   if (!group) return;
   for (auto& [name, param] : module.named_parameters()) {
-    if (param.sharding().group) continue;
+    if (param.sharding().partition_dim >= 0) continue;
     Tensor handle = param;
     handle.set_sharding({-1, 1, group});
   }

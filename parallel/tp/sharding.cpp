@@ -36,14 +36,28 @@ Tensor shard_of(const Tensor& full, const ShardingSpec& spec, int tp_rank, int t
 Tensor gather_full(const Tensor& local, const ShardingSpec& spec) {
   if (spec.partition_dim < 0 || !spec.group || spec.group->size() == 1) return local.clone();
   const int dim = spec.partition_dim, tp = spec.group->size();
-  // The gather puts rank shards side by side; each shard is `blocks` chunks, so block b of the full tensor is
-  // chunk b of every rank in rank order.
-  Tensor gathered = spec.group->all_gather(local, dim);
+  const Tensor gathered = spec.group->all_gather(local, dim);
   if (spec.blocks == 1) return gathered;
-  const int64_t chunk = local.size(dim) / spec.blocks;
+  std::vector<Tensor> shards;
+  for (int r = 0; r < tp; ++r) shards.push_back(narrow_copy(gathered, dim, r * local.size(dim), local.size(dim)));
+  return assemble_full(shards, spec);
+}
+
+Tensor assemble_full(const std::vector<Tensor>& shards, const ShardingSpec& spec) {
+  RETORT_CHECK(!shards.empty(), "assemble_full needs at least one shard");
+  if (spec.partition_dim < 0 || shards.size() == 1) return shards[0];
+  const int dim = spec.partition_dim;
+  const int64_t chunk = shards[0].size(dim) / spec.blocks;
+  RETORT_CHECK(chunk * spec.blocks == shards[0].size(dim), "assemble_full: dim {} of {} does not split into {} blocks",
+               dim, shards[0].describe(), spec.blocks);
+  // Each shard is `blocks` chunks, so block b of the full tensor is chunk b of every shard in rank order.
   std::vector<Tensor> parts;
   for (int b = 0; b < spec.blocks; ++b)
-    for (int r = 0; r < tp; ++r) parts.push_back(narrow_copy(gathered, dim, r * local.size(dim) + b * chunk, chunk));
+    for (const Tensor& shard : shards) {
+      RETORT_CHECK(shard.shape() == shards[0].shape(), "assemble_full: shards of different shapes ({} and {})",
+                   shard.describe(), shards[0].describe());
+      parts.push_back(spec.blocks == 1 ? shard : narrow_copy(shard, dim, b * chunk, chunk));
+    }
   return concat(parts, dim);
 }
 

@@ -2,6 +2,8 @@
 // Moving between a full tensor and one rank's shard of it, following a ShardingSpec (core/tensor/tensor.h):
 // the model uses shard_of to initialise and load sharded parameters from full values, and gather_full to
 // rebuild the full tensor (exports, tests, checks against the dense model).
+#include <vector>
+
 #include "parallel/comm/communicator.h"
 
 namespace retort::tp {
@@ -14,6 +16,10 @@ Tensor shard_of(const Tensor& full, const ShardingSpec& spec, int tp_rank, int t
 
 // Collective over spec.group: the full tensor from every rank's shard (no autograd).
 Tensor gather_full(const Tensor& local, const ShardingSpec& spec);
+
+// The full tensor from all tp_size shards held in one place (rank order), e.g. a checkpoint written at another
+// tp: the inverse of shard_of. Replicated specs return shards[0].
+Tensor assemble_full(const std::vector<Tensor>& shards, const ShardingSpec& spec);
 
 // An InputError naming `what` when `value` does not divide by tp_size (the message says what to change).
 void check_divides(int64_t value, int tp_size, const std::string& what);

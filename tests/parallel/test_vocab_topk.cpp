@@ -17,8 +17,13 @@
 #include "parallel/comm/thread_ranks.h"
 #include "parallel/tp/sharding.h"
 #include "parallel/tp/vocab_topk.h"
+#include "test_comm_support.h"
 #include "tests/test_support.h"
 #include "tp_test_support.h"
+
+#ifdef RETORT_WITH_CUDA
+#include "parallel/comm/nccl_communicator.h"
+#endif
 
 namespace retort::tp_testing {
 namespace {
@@ -133,6 +138,34 @@ TEST(VocabTopK, OnTheGpuWithoutCollectives) {
       expect_rank_matches(got, want, 64,
                           "cuda " + std::string(dtype_name(dtype)) + " T " + std::to_string(temperature));
     }
+}
+
+// Two GPUs over NCCL (thread ranks, one GPU each): the candidates' all-gather and the statistics' all-reduces
+// run on the device, ties across the shard border included. Skipped without two GPUs.
+TEST(VocabTopK, TwoGpusOverNcclHoldTheDenseTopK) {
+#ifndef RETORT_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs two GPUs, found " << cuda_device_count();
+  const int64_t rows = 32, vocab = 65536;
+  for (DType dtype : {DType::F32, DType::BF16})
+    for (bool ties : {false, true}) {
+      const Mat logits = make_logits(rows, vocab, ties, dtype, 11);
+      const Dense want = dense_topk(logits, 64, 1.0);
+      comm_testing::on_ranks(2, [&](std::shared_ptr<Communicator> gloo) {
+        const int rank = gloo->rank();
+        auto nccl = NcclCommunicator::create(std::dynamic_pointer_cast<GlooCommunicator>(gloo), rank);
+        Tensor local =
+            tp::shard_of(to_tensor(logits, DType::F64), {1, 1, nccl}, rank, 2).to(dtype).to(Device::cuda(rank));
+        local.set_sharding({1, 1, nccl});
+        const tp::VocabTopK got = tp::vocab_topk(local, {64, 1.0, nullptr});
+        EXPECT_TRUE(got.indices.device().is_cuda());
+        expect_rank_matches(
+            got, want, 64,
+            "nccl " + std::string(dtype_name(dtype)) + (ties ? " ties" : "") + " rank " + std::to_string(rank));
+      });
+    }
+#endif
 }
 
 TEST(VocabTopK, BadInputIsAnError) {

@@ -6,7 +6,10 @@
 // 32-bit keys of the floats (digits of 12, 10 and 10 bits, counted in shared-memory histograms, one read of
 // the row per digit; it stops early once the bin holding the k-th value is taken whole), a compaction copies
 // the k survivors to shared memory, and a bitonic sort of at most 256 (key, column) pairs orders them. The
-// first read also gives the row's log-sum-exp. One block per row.
+// first read also gives the row's log-sum-exp. One block per row. When the k-th value is shared by more entries
+// than are needed (frequent in bf16, whose 8-bit mantissa makes exact ties common), the smallest columns among
+// them win: a few ties are collected in one pass and ranked in shared memory; many are taken by a column-ordered
+// walk of the row.
 #include "core/kernels/backends.h"
 
 namespace retort::kernels::cuda {
@@ -14,7 +17,8 @@ namespace {
 using namespace detail;
 
 constexpr int kMaxK = 256;
-constexpr int kBins = 1 << 12;  // the widest digit
+constexpr int kMaxRankedTies = 1024;  // above this, the column-ordered walk is cheaper than ranking them all
+constexpr int kBins = 1 << 12;        // the widest digit
 constexpr int kPasses = 3;
 __constant__ int kShift[kPasses] = {20, 10, 0};
 __constant__ int kBits[kPasses] = {12, 10, 10};
@@ -61,6 +65,7 @@ __global__ void topk_kernel(const T* x, int64_t rows, int64_t cols, int k, int64
                             float* values, int32_t* indices, float* row_lse) {
   __shared__ int hist[kBins];
   __shared__ uint64_t survivors[kMaxK];
+  __shared__ int32_t tie_columns[kMaxRankedTies];
   __shared__ float lse_scratch[64];
   __shared__ int scan_scratch[32];
   __shared__ SelectState chosen;
@@ -70,7 +75,7 @@ __global__ void topk_kernel(const T* x, int64_t rows, int64_t cols, int k, int64
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * cols;
     uint32_t prefix = 0, mask = 0;
-    int needed = k;
+    int needed = k, last_bin_count = 0;
     bool bin_taken_whole = false;
     for (int p = 0; p < kPasses && !bin_taken_whole; ++p) {
       const int shift = kShift[p], bins = 1 << kBits[p];
@@ -110,13 +115,16 @@ __global__ void topk_kernel(const T* x, int64_t rows, int64_t cols, int k, int64
       prefix |= static_cast<uint32_t>(s.digit) << shift;
       mask |= static_cast<uint32_t>(bins - 1) << shift;
       bin_taken_whole = s.count == needed;
+      last_bin_count = s.count;
       __syncthreads();  // `chosen` and `hist` are rewritten by the next pass
     }
 
     // Survivors: every key above the chosen bin, then `needed` keys of the bin (all of it, or, when the bin is
     // one exact key shared by more entries than needed, those of the smallest columns).
+    // Otherwise the chosen bin is one exact key (every digit is fixed) held by last_bin_count > needed entries.
     const uint32_t upper = prefix | ~mask;
     const int strictly_above = k - needed;
+    const bool rank_ties = !bin_taken_whole && last_bin_count <= kMaxRankedTies;
     if (threadIdx.x == 0) count_above = 0, count_tie = 0;
     __syncthreads();
     visit_row(xr, cols, [&](int64_t j, float v) {
@@ -125,9 +133,20 @@ __global__ void topk_kernel(const T* x, int64_t rows, int64_t cols, int k, int64
         survivors[atomicAdd(&count_above, 1)] = pack(key, j);
       } else if (bin_taken_whole && (key & mask) == prefix) {
         survivors[strictly_above + atomicAdd(&count_tie, 1)] = pack(key, j);
+      } else if (rank_ties && key == prefix) {
+        tie_columns[atomicAdd(&count_tie, 1)] = static_cast<int32_t>(j);
       }
     });
-    if (!bin_taken_whole) {
+    if (rank_ties) {
+      __syncthreads();
+      // A tie's place among the tied columns is the number of smaller ones; the first `needed` places survive.
+      for (int i = threadIdx.x; i < last_bin_count; i += blockDim.x) {
+        const int32_t column = tie_columns[i];
+        int place = 0;
+        for (int m = 0; m < last_bin_count; ++m) place += tie_columns[m] < column;
+        if (place < needed) survivors[strictly_above + place] = pack(prefix, column);
+      }
+    } else if (!bin_taken_whole) {
       // Ties at the k-th value: walk the row in column order, tile by tile, numbering the tied entries with a
       // block-wide scan, until `needed` of them are in.
       const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;

@@ -224,6 +224,14 @@ TEST(VocabSampler, EveryTpSizeGivesEveryRankTheDenseTokens) {
       for (const SamplingOptions& options : grid) want.push_back(sample_next_tokens(dense, options, keys));
       // The dense greedy result is the float64 argmax: the reference the others are compared through.
       EXPECT_EQ(want[0], dense_argmax(dense.to_doubles(), rows, vocab));
+      // top_k = the whole vocabulary runs the candidate path (nucleus by a cumulative sum over the sorted top-k),
+      // top_k = 0 the shard passes (nucleus by the radix search): the same sets, so the same tokens.
+      for (size_t i = 0; i < grid.size(); ++i)
+        if (grid[i].top_k == 96) {
+          const size_t unrestricted = i - 4 * 3;  // the same temperature and top_p with top_k 0
+          ASSERT_EQ(grid[unrestricted].top_k, 0);
+          EXPECT_EQ(want[i], want[unrestricted]) << "T " << grid[i].temperature << " top_p " << grid[i].top_p;
+        }
       for (int tp : {2, 4}) {
         run_ranks(tp, [&](std::shared_ptr<Communicator> comm) {
           const ShardingSpec spec{1, 1, comm};

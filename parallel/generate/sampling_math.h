@@ -219,9 +219,9 @@ RETORT_SAMPLER_HD uint32_t score_key(float x, double temperature, double noise) 
 
 // Nucleus masses are fixed-point integers: round(e^{(x - max) / T} 2^44). Integer sums are exact and
 // associative, so the mass above a threshold is the same bit for bit whatever the tp size, the order of a GPU's
-// atomics or the backend, and so is the nucleus. A shard holds at most 2^20 tokens (sums below 2^64 per rank).
+// atomics or the backend, and so is the nucleus. A shard holds at most 2^19 tokens, so a rank's sums stay below 2^63.
 inline constexpr int kMassBits = 44;
-inline constexpr int64_t kMaxShardTokens = int64_t{1} << 20;
+inline constexpr int64_t kMaxShardTokens = int64_t{1} << 19;
 
 RETORT_SAMPLER_HD uint64_t quantized_mass(float x, float row_max, double temperature) {
   const double y = (static_cast<double>(x) - static_cast<double>(row_max)) / temperature;

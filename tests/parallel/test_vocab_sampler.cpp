@@ -313,6 +313,10 @@ TEST(VocabSampler, BadInputIsAnError) {
               sample_next_tokens(x, {}, {1, 2});
             }).find("2 row keys for 3 rows"),
             std::string::npos);
+  EXPECT_NE(testing::message_of([&] {
+              sample_next_tokens(Tensor::zeros({1, (int64_t{1} << 19) + 1}), {}, {1});
+            }).find("a vocabulary shard of 524289 tokens is more than the 524288"),
+            std::string::npos);
 
   std::vector<float> values(24, 0.f);
   values[8 + 3] = std::nanf("");

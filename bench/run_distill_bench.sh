@@ -14,7 +14,7 @@ py=${PYTHON:-python3}
 retort="$build/apps/retort"
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
-gpus=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)
+gpus=$( (nvidia-smi -L 2>/dev/null || true) | wc -l)
 app="$out/app"
 common=(--config "$config" "distill.teacher=$app/teacher")
 
@@ -42,8 +42,11 @@ $py - "$out" "$gpus" <<'PY'
 import json, os, re, statistics, subprocess, sys
 
 out, gpus = sys.argv[1], int(sys.argv[2])
-device = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                        text=True).stdout.strip().splitlines()
+try:
+    device = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                            text=True).stdout.strip().splitlines()
+except FileNotFoundError:
+    device = []
 device = f"{len(device)} x {device[0]}" if device else "cpu"
 res = json.load(open(os.path.join(out, "app", "results.json")))
 

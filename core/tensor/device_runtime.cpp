@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/tensor/host_allocator.h"
 #include "core/util/error.h"
 
 #ifdef RETORT_WITH_CUDA
@@ -56,12 +57,7 @@ namespace device_runtime {
 
 void* allocate(size_t nbytes, Device device) {
   if (nbytes == 0) nbytes = 1;
-  if (device.is_cpu()) {
-    // 64-byte alignment suits AVX-512 loads and keeps rows of views aligned.
-    void* ptr = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
-    RETORT_CHECK(ptr != nullptr, "out of host memory allocating {} bytes", nbytes);
-    return ptr;
-  }
+  if (device.is_cpu()) return host_allocator::allocate(nbytes);
 #ifdef RETORT_WITH_CUDA
   DeviceGuard guard(device.index);
   void* ptr = nullptr;
@@ -78,10 +74,10 @@ void* allocate(size_t nbytes, Device device) {
 #endif
 }
 
-void release(void* ptr, Device device) {
+void release(void* ptr, size_t nbytes, Device device) {
   if (!ptr) return;
   if (device.is_cpu()) {
-    std::free(ptr);
+    host_allocator::release(ptr, nbytes == 0 ? 1 : nbytes);
     return;
   }
 #ifdef RETORT_WITH_CUDA

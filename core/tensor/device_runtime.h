@@ -8,7 +8,7 @@
 namespace retort::device_runtime {
 
 void* allocate(size_t nbytes, Device device);
-void release(void* ptr, Device device);
+void release(void* ptr, size_t nbytes, Device device);  // nbytes: as allocated
 void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 // `height` rows of `width` bytes between two pitched layouts on one device (stream-ordered on a GPU): the
 // whole re-layout that slicing or concatenating along a non-leading dim needs.

@@ -9,7 +9,7 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
 }
 
 Storage::~Storage() {
-  device_runtime::release(data_, device_);
+  device_runtime::release(data_, nbytes_, device_);
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {

@@ -1,0 +1,39 @@
+#pragma once
+// The two passes of the vocab-parallel sampler that read a whole vocabulary shard, each with a CPU implementation
+// (sampler_kernels_cpu.cpp) and a CUDA one (sampler_kernels.cu) computing the same integers bit for bit
+// (sampling_math.h). The results are small (per row) and come back to the host, where vocab_sampler.cpp reduces
+// them over the tp group and takes the per-row decisions.
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+
+namespace retort::generate::kernels {
+
+// logits: [rows, V_local], f32 or bf16, on the CPU or a GPU; column j is the global token index_base + j.
+//
+// best_gumbel_candidates: per row, the packed (score key, global id) (sampling::pack_candidate) of the best
+// Gumbel-max score x / T + g(seed, row_keys[r], id) among the tokens whose order key is at least min_keys[r];
+// 0 when no token of this shard qualifies.
+#define RETORT_SAMPLER_KERNELS                                                                                         \
+  std::vector<uint64_t> best_gumbel_candidates(const Tensor& logits, int64_t index_base, double temperature,           \
+                                               uint64_t seed, const std::vector<uint64_t>& row_keys,                   \
+                                               const std::vector<uint32_t>& min_keys);                                 \
+  /* nucleus_histogram: per row, sampling::kBins sums of the quantized masses of the tokens whose order key k */       \
+  /* has (k & mask) == prefixes[r], binned by the digit (k >> shift) % kBins; row-major [rows, kBins]. */              \
+  std::vector<uint64_t> nucleus_histogram(const Tensor& logits, double temperature, const std::vector<float>& row_max, \
+                                          const std::vector<uint32_t>& prefixes, uint32_t mask, int shift);
+
+namespace cpu {
+RETORT_SAMPLER_KERNELS
+}  // namespace cpu
+
+#ifdef RETORT_WITH_CUDA
+namespace cuda {
+RETORT_SAMPLER_KERNELS
+}  // namespace cuda
+#endif
+
+#undef RETORT_SAMPLER_KERNELS
+
+}  // namespace retort::generate::kernels

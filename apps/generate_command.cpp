@@ -98,7 +98,11 @@ generate::SamplingOptions sampling_from(const GenerateArgs& args) {
   s.top_k = args.top_k;
   s.top_p = args.top_p;
   s.seed = args.seed;
-  s.validate();
+  try {
+    s.validate();
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("bad --temperature, --top-k or --top-p: {}", e.what()));
+  }
   return s;
 }
 
@@ -275,6 +279,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
     if (prompt_opt->count() > 0) args->prompt = *prompt;
     if (prompts_opt->count() > 0) args->prompts_file = *prompts_file;
     check_args(*args);
+    sampling_from(*args);  // bad options fail here, not once per rank
     if (args->nproc > 1) {
       *exit_code = relaunch_on_ranks(*args);
       return;

@@ -9,6 +9,7 @@ Measured like bench_generate (one warm-up run, the median of the timed runs): pr
 so that every step has the same shapes.
 """
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -91,7 +92,9 @@ def generate(model, prompts, new_tokens, dtype, temperature, decode_step):
                torch.empty(b, heads, capacity, d // heads, dtype=dtype, device=prompts.device))
               for _ in range(layers)]
     sync = torch.cuda.synchronize if prompts.is_cuda else (lambda: None)
-    with torch.no_grad(), torch.autocast(prompts.device.type, dtype=dtype, enabled=dtype != torch.float32):
+    autocast = (contextlib.nullcontext() if dtype == torch.float32 else
+                torch.autocast(prompts.device.type, dtype=dtype))
+    with torch.no_grad(), autocast:
         sync()
         start = time.perf_counter()
         token = next_tokens(model(prompts, caches, 0), temperature)

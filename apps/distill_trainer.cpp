@@ -88,33 +88,27 @@ losses::TopkTargets cache_targets_for_batch(const distill::TopKCacheReader& cach
   RETORT_CHECK(static_cast<int64_t>(batch.window_starts.size()) == B,
                "the batch has {} window positions for {} rows: it must come from a TokenLoader",
                batch.window_starts.size(), B);
-  std::vector<int32_t> indices(static_cast<size_t>(B * T * k)), mask(static_cast<size_t>(B * T), 1);
-  std::vector<float> logprobs(static_cast<size_t>(B * T * k));
+  losses::TopkTargets targets;
+  targets.indices = Tensor::empty({B, T, k}, DType::I32);
+  targets.logprobs = Tensor::empty({B, T, k}, DType::F32);
+  targets.mask = Tensor::full({B, T}, 1.0, DType::I32);
+  int32_t* indices = targets.indices.data<int32_t>();
+  float* logprobs = targets.logprobs.data<float>();
+  int32_t* mask = targets.mask.data<int32_t>();
   for (int64_t b = 0; b < B; ++b) {
     const int64_t start = batch.window_starts[static_cast<size_t>(b)];
     const int64_t covered = std::clamp<int64_t>(cache.tokens() - start, 0, T);
-    const size_t row0 = static_cast<size_t>(b * T * k);
-    if (covered > 0) {
-      const distill::TopKRows rows = cache.rows(start, covered);
-      const std::vector<int32_t> ids = rows.indices.to_ints();
-      const std::vector<float> values = rows.logprobs.to_floats();
-      std::copy(ids.begin(), ids.end(), indices.begin() + static_cast<std::ptrdiff_t>(row0));
-      std::copy(values.begin(), values.end(), logprobs.begin() + static_cast<std::ptrdiff_t>(row0));
-    }
+    if (covered > 0) cache.read_rows(start, covered, indices + b * T * k, logprobs + b * T * k);
     // Past the cache (the end of a split that is not a multiple of T): masked rows with distinct placeholder ids.
     for (int64_t t = covered; t < T; ++t) {
-      mask[static_cast<size_t>(b * T + t)] = 0;
+      mask[b * T + t] = 0;
       for (int64_t j = 0; j < k; ++j) {
-        indices[static_cast<size_t>((b * T + t) * k + j)] = static_cast<int32_t>(j);
-        logprobs[static_cast<size_t>((b * T + t) * k + j)] = -std::log(static_cast<float>(k));
+        indices[(b * T + t) * k + j] = static_cast<int32_t>(j);
+        logprobs[(b * T + t) * k + j] = -std::log(static_cast<float>(k));
       }
     }
   }
-  losses::TopkTargets targets;
-  targets.indices = Tensor::from_ints(indices, {B, T, k});
-  targets.logprobs = Tensor::from_floats(logprobs, {B, T, k});
   targets.labels = Tensor::from_ints(batch.targets, {B, T});
-  targets.mask = Tensor::from_ints(mask, {B, T});
   return targets;
 }
 

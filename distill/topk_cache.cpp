@@ -380,15 +380,17 @@ TopKCacheReader TopKCacheReader::open(const fs::path& directory, const TopKCache
 }
 
 TopKRows TopKCacheReader::rows(int64_t start, int64_t count) const {
+  TopKRows out{Tensor::empty({count, spec_.k}, DType::I32), Tensor::empty({count, spec_.k}, DType::F32),
+               Tensor::empty({count}, DType::F32)};
+  read_rows(start, count, out.indices.data<int32_t>(), out.logprobs.data<float>(), out.lse.data<float>());
+  return out;
+}
+
+void TopKCacheReader::read_rows(int64_t start, int64_t count, int32_t* indices, float* logprobs, float* lse) const {
   RETORT_INPUT_CHECK(start >= 0 && count >= 0 && start + count <= spec_.cache_tokens,
                      "top-k cache '{}': rows [{}, {}) are outside its {} positions", directory_.string(), start,
                      start + count, spec_.cache_tokens);
   const int64_t k = spec_.k, record = spec_.record_bytes();
-  TopKRows out{Tensor::empty({count, k}, DType::I32), Tensor::empty({count, k}, DType::F32),
-               Tensor::empty({count}, DType::F32)};
-  int32_t* indices = out.indices.data<int32_t>();
-  float* logprobs = out.logprobs.data<float>();
-  float* lse = out.lse.data<float>();
   for (int64_t p = start; p < start + count; ++p) {
     const Shard& shard = *shards_[static_cast<size_t>(p / spec_.shard_tokens)];
     const unsigned char* in = shard.bytes + kTopKCacheHeaderBytes + (p - shard.header.first) * record;
@@ -399,15 +401,16 @@ TopKRows TopKCacheReader::rows(int64_t start, int64_t count) const {
       std::memcpy(logprobs + row * k, in, static_cast<size_t>(4 * k));
       in += 4 * k;
     } else {
+      // bf16 is the top half of an f32: widening is a shift.
       for (int64_t i = 0; i < k; ++i, in += 2) {
-        BFloat16 value;
-        std::memcpy(&value, in, 2);
-        logprobs[row * k + i] = static_cast<float>(value);
+        uint16_t half;
+        std::memcpy(&half, in, 2);
+        const uint32_t bits = static_cast<uint32_t>(half) << 16;
+        std::memcpy(logprobs + row * k + i, &bits, 4);
       }
     }
-    std::memcpy(lse + row, in, 4);
+    if (lse != nullptr) std::memcpy(lse + row, in, 4);
   }
-  return out;
 }
 
 }  // namespace retort::distill

@@ -149,6 +149,9 @@ class TopKCacheReader {
 
   // The rows of positions [start, start + count) (may span shards).
   TopKRows rows(int64_t start, int64_t count) const;
+  // The same rows written straight into caller buffers of count x k ids and log-probabilities (and count lse
+  // values when `lse` is not null): how a training step fills its batch without intermediate copies.
+  void read_rows(int64_t start, int64_t count, int32_t* indices, float* logprobs, float* lse = nullptr) const;
 
   struct Shard;  // one memory-mapped shard file (topk_cache.cpp)
 

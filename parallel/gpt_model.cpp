@@ -1,10 +1,14 @@
 #include "parallel/gpt_model.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "core/autograd/grad_mode.h"
 #include "core/ops/ops.h"
 #include "core/tensor/random.h"
+#include "core/tensor/slicing.h"
 #include "core/util/error.h"
+#include "parallel/generate/kv_cache.h"
 #include "parallel/tp/regions.h"
 #include "parallel/tp/sharding.h"
 
@@ -45,6 +49,15 @@ GptBlock::GptBlock(const GptConfig& c, const std::shared_ptr<Communicator>& grou
 Tensor GptBlock::forward(const Tensor& x, DType compute_dtype) const {
   Tensor attn =
       ops::causal_self_attention(qkv_->forward(ln_1_->forward(x), compute_dtype), static_cast<int>(local_heads_));
+  Tensor h = ops::add(x, attn_proj_->forward(attn, compute_dtype));
+  Tensor mlp = mlp_proj_->forward(ops::gelu(fc_->forward(ln_2_->forward(h), compute_dtype)), compute_dtype);
+  return ops::add(h, mlp);
+}
+
+Tensor GptBlock::forward_cached(const Tensor& x, generate::KvCache& cache, int64_t layer, DType compute_dtype) const {
+  const Tensor qkv = qkv_->forward(ln_1_->forward(x), compute_dtype);
+  const Tensor attn = ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), cache.lengths(),
+                                                   static_cast<int>(local_heads_));
   Tensor h = ops::add(x, attn_proj_->forward(attn, compute_dtype));
   Tensor mlp = mlp_proj_->forward(ops::gelu(fc_->forward(ln_2_->forward(h), compute_dtype)), compute_dtype);
   return ops::add(h, mlp);
@@ -99,6 +112,50 @@ Tensor GptModel::forward(const Tensor& ids, DType compute_dtype) const {
   for (const auto& block : blocks_) x = block->forward(x, compute_dtype);
   x = ln_f_->forward(x);
   return tp::vocab_parallel_logits(x, lm_head_ ? lm_head_->weight() : wte_->weight(), tp_group_, compute_dtype);
+}
+
+Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& valid, generate::KvCache& cache,
+                                DType compute_dtype) const {
+  NoGradGuard no_grad;
+  RETORT_CHECK(ids.ndim() == 2 && ids.dtype() == DType::I32, "GptModel::forward_cached needs i32 ids [B, T], got {}",
+               ids.describe());
+  const int64_t B = ids.size(0), T = ids.size(1);
+  RETORT_CHECK(B == cache.batch() && static_cast<int64_t>(valid.size()) == B,
+               "GptModel::forward_cached: ids {} with {} valid counts for a KV cache of {} sequences", ids.describe(),
+               valid.size(), cache.batch());
+  std::vector<int32_t> positions(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t start = cache.length(b), count = valid[static_cast<size_t>(b)];
+    RETORT_INPUT_CHECK(count >= 0 && count <= T && start + count <= cache.capacity(),
+                       "sequence {} cannot take {} more tokens: it holds {} of the KV cache's {} positions (the "
+                       "context is full)",
+                       b, count, start, cache.capacity());
+    // Padding past the context reuses the last position's embedding; its results are never read.
+    for (int64_t t = 0; t < T; ++t)
+      positions[static_cast<size_t>(b * T + t)] = static_cast<int32_t>(std::min(start + t, config_.block_size - 1));
+  }
+  const Tensor pos = Tensor::from_ints(positions, {B, T}, ids.device());
+  Tensor x = ops::add(wte_->forward(ids), wpe_->forward(pos));
+  x = nn::to_compute(x, compute_dtype);
+  for (size_t layer = 0; layer < blocks_.size(); ++layer)
+    x = blocks_[layer]->forward_cached(x, cache, static_cast<int64_t>(layer), compute_dtype);
+  // Only each row's last real position is needed for the next token: the final norm and the LM head (the widest
+  // product of the model) run on B rows instead of B x T.
+  if (T > 1) {
+    std::vector<Tensor> last;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t t = std::max<int64_t>(valid[static_cast<size_t>(b)] - 1, 0);
+      last.push_back(narrow_copy(narrow_copy(x, 0, b, 1), 1, t, 1));
+    }
+    x = concat(last, 0);
+  }
+  x = ln_f_->forward(x);
+  Tensor logits =
+      tp::vocab_parallel_logits(x, lm_head_ ? lm_head_->weight() : wte_->weight(), tp_group_, compute_dtype);
+  cache.advance(valid);
+  Tensor rows = logits.view({B, logits.size(-1)});
+  if (tp_group_) rows.set_sharding({1, 1, tp_group_});
+  return rows;
 }
 
 }  // namespace retort

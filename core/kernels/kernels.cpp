@@ -210,6 +210,27 @@ void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs
   RETORT_DISPATCH(qkv.device(), attention_forward, qkv, n_head, out, probs);
 }
 
+void attention_with_cache(const Tensor& qkv, const Tensor& starts, int n_head, Tensor& k_cache, Tensor& v_cache,
+                          Tensor& out) {
+  same_device({&qkv, &starts, &k_cache, &v_cache, &out}, "attention_with_cache");
+  RETORT_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0, "attention_with_cache: qkv must be [B, T, 3C], got {}",
+               qkv.describe());
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  RETORT_CHECK(n_head > 0 && C % n_head == 0, "attention_with_cache: width {} does not divide into {} heads", C,
+               n_head);
+  RETORT_CHECK(k_cache.ndim() == 4 && k_cache.size(0) == B && k_cache.size(1) == n_head &&
+                   k_cache.size(3) == C / n_head && k_cache.dtype() == qkv.dtype(),
+               "attention_with_cache: key cache {} should be [{}, {}, capacity, {}] in {}", k_cache.describe(), B,
+               n_head, C / n_head, dtype_name(qkv.dtype()));
+  same_shape(k_cache, v_cache, "attention_with_cache");
+  RETORT_CHECK(v_cache.dtype() == qkv.dtype() && out.dtype() == qkv.dtype() && out.shape() == Shape({B, T, C}),
+               "attention_with_cache: value cache {} / out {} do not match qkv {}", v_cache.describe(), out.describe(),
+               qkv.describe());
+  RETORT_CHECK(starts.dtype() == DType::I32 && starts.numel() == B,
+               "attention_with_cache: starts must be i32 [{}], got {}", B, starts.describe());
+  RETORT_DISPATCH(qkv.device(), attention_with_cache, qkv, starts, n_head, k_cache, v_cache, out);
+}
+
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head, Tensor& dqkv) {
   same_device({&dout, &qkv, &probs, &dqkv}, "attention_backward");
   same_shape(qkv, dqkv, "attention_backward");

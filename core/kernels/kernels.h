@@ -55,6 +55,13 @@ void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs);
 // dqkv: [B, T, 3C], written.
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head, Tensor& dqkv);
+// Inference with a key/value cache. qkv [B, Tn, 3C] holds the projections of Tn NEW positions of each row, which
+// start at starts[b] (i32 [B] on qkv's device). Their keys and values are written into k_cache and v_cache
+// [B, n_head, capacity, C / n_head] at positions starts[b] + t (positions at or past the capacity are dropped: a
+// finished row's padding), then query t of row b attends keys [0, starts[b] + t] (fewer past the capacity).
+// out: [B, Tn, C]. Caches and out share qkv's dtype; scores and sums in f32 (f64 for f64 on the CPU).
+void attention_with_cache(const Tensor& qkv, const Tensor& starts, int n_head, Tensor& k_cache, Tensor& v_cache,
+                          Tensor& out);
 
 // ---- embedding -----------------------------------------------------------------------------------------
 // out[n, :] = table[ids[n], :]; ids i32 [N] (any shape, flattened); out [N, C]. Ids out of range throw (CPU)

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/autograd/engine.h"
+#include "core/autograd/grad_mode.h"
 #include "core/kernels/kernels.h"
 #include "core/util/error.h"
 
@@ -248,6 +249,19 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head) {
     kernels::attention_backward(g, qkv, probs, n_head, gqkv);
     return std::vector<Tensor>{gqkv};
   });
+}
+
+Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const std::vector<int64_t>& starts,
+                               int n_head) {
+  RETORT_CHECK(!(grad_enabled() && qkv.requires_grad()),
+               "attention_with_kv_cache is inference only: call it under NoGradGuard (it records no backward)");
+  RETORT_CHECK(qkv.ndim() == 3 && static_cast<int64_t>(starts.size()) == qkv.size(0),
+               "attention_with_kv_cache: {} start positions for qkv {}", starts.size(), qkv.describe());
+  std::vector<int32_t> positions(starts.begin(), starts.end());
+  const Tensor start_tensor = Tensor::from_ints(positions, {qkv.size(0)}, qkv.device());
+  Tensor out = Tensor::empty({qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(), qkv.device());
+  kernels::attention_with_cache(qkv, start_tensor, n_head, k_cache, v_cache, out);
+  return out;
 }
 
 Tensor embedding(const Tensor& table, const Tensor& ids) {

@@ -1,6 +1,8 @@
 #pragma once
 // Differentiable ops: each computes its result through core/kernels and records one backward node on
 // the tape (when grad mode is on and an input requires a gradient). Fused ops are one node.
+#include <vector>
+
 #include "core/tensor/tensor.h"
 
 namespace retort::ops {
@@ -33,6 +35,12 @@ Tensor softmax(const Tensor& x);
 
 // Causal scaled dot-product self-attention on packed q|k|v projections [B, T, 3C] -> [B, T, C].
 Tensor causal_self_attention(const Tensor& qkv, int n_head);
+// Inference attention over a key/value cache (generation): qkv [B, Tn, 3C] of Tn new positions per row, row b's
+// starting at starts[b]; their keys/values are written into k_cache / v_cache [B, n_head, capacity, C / n_head],
+// then each new query attends its row's keys up to itself. -> [B, Tn, C]. No tape: an error when grad mode is on
+// and qkv requires grad.
+Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const std::vector<int64_t>& starts,
+                               int n_head);
 
 // Rows of `table` [V, C] picked by i32 `ids` of any shape -> ids.shape + [C].
 Tensor embedding(const Tensor& table, const Tensor& ids);

@@ -1,0 +1,44 @@
+#include "parallel/generate/kv_cache.h"
+
+#include <algorithm>
+
+#include "core/util/error.h"
+#include "parallel/gpt_model.h"
+#include "parallel/tp/layers.h"
+
+namespace retort::generate {
+
+KvCache::KvCache(const GptModel& model, int64_t batch, int64_t capacity, DType dtype, Device device)
+    : batch_(batch), capacity_(capacity), lengths_(static_cast<size_t>(batch), 0) {
+  const GptConfig& config = model.config();
+  RETORT_INPUT_CHECK(batch > 0, "a KV cache needs at least one sequence, got a batch of {}", batch);
+  RETORT_INPUT_CHECK(capacity > 0 && capacity <= config.block_size,
+                     "a KV cache of {} positions does not fit the model's context (model.block_size = {}): ask for "
+                     "at most {}",
+                     capacity, config.block_size, config.block_size);
+  const int64_t local_heads = config.n_head / tp::group_size(model.tp_group());
+  const int64_t head_dim = config.n_embd / config.n_head;
+  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
+    // Zeroed once: every slot a query reads has been written first, but no slot ever holds stray bit patterns.
+    keys_.push_back(Tensor::zeros({batch, local_heads, capacity, head_dim}, dtype, device));
+    values_.push_back(Tensor::zeros({batch, local_heads, capacity, head_dim}, dtype, device));
+  }
+}
+
+void KvCache::advance(const std::vector<int64_t>& valid) {
+  RETORT_CHECK(static_cast<int64_t>(valid.size()) == batch_, "KvCache::advance: {} counts for a batch of {}",
+               valid.size(), batch_);
+  for (int64_t row = 0; row < batch_; ++row) {
+    const int64_t next = lengths_[static_cast<size_t>(row)] + valid[static_cast<size_t>(row)];
+    RETORT_INPUT_CHECK(valid[static_cast<size_t>(row)] >= 0 && next <= capacity_,
+                       "sequence {} would hold {} positions in a KV cache of {}: the context is full", row, next,
+                       capacity_);
+    lengths_[static_cast<size_t>(row)] = next;
+  }
+}
+
+void KvCache::reset() {
+  std::fill(lengths_.begin(), lengths_.end(), 0);
+}
+
+}  // namespace retort::generate

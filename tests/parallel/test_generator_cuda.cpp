@@ -7,6 +7,11 @@
 #include <algorithm>
 
 #include "generator_test_support.h"
+#include "test_comm_support.h"
+
+#ifdef RETORT_WITH_CUDA
+#include "parallel/comm/nccl_communicator.h"
+#endif
 
 namespace retort {
 namespace {
@@ -82,6 +87,31 @@ TEST(GeneratorCuda, Bf16FollowsTheBf16FullForwardAwayFromTies) {
     }
   }
   EXPECT_GE(compared, 20) << "too few tokens away from a tie to compare";
+}
+
+// tp 2 over NCCL, one GPU per rank: each rank holds half the heads and half the vocabulary, the sampler picks the
+// token without gathering the logits, and the tokens equal one GPU's, greedy and sampled. Skipped without two GPUs.
+TEST(GeneratorNccl, TwoGpusGenerateWhatOneGpuGenerates) {
+#ifndef RETORT_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs two GPUs, found " << cuda_device_count();
+  GptModel single(tiny_config());
+  single.initialize(11);
+  single.to(Device::cuda(0));
+  const auto prompts = tiny_prompts();
+  const auto greedy = tokens_of(generate_tokens(single, prompts, options_with(0.0, 12)));
+  const auto sampled = tokens_of(generate_tokens(single, prompts, options_with(0.8, 12)));
+  comm_testing::on_ranks(2, [&](std::shared_ptr<Communicator> gloo) {
+    const int rank = gloo->rank();
+    auto nccl = NcclCommunicator::create(std::dynamic_pointer_cast<GlooCommunicator>(gloo), rank);
+    GptModel model(tiny_config(), nccl);
+    model.initialize(11);
+    model.to(Device::cuda(rank));
+    EXPECT_EQ(tokens_of(generate_tokens(model, prompts, options_with(0.0, 12))), greedy) << "greedy, rank " << rank;
+    EXPECT_EQ(tokens_of(generate_tokens(model, prompts, options_with(0.8, 12))), sampled) << "sampled, rank " << rank;
+  });
+#endif
 }
 
 }  // namespace

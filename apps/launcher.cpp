@@ -1,11 +1,14 @@
 #include "apps/launcher.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -41,6 +44,15 @@ pid_t spawn_rank(const std::vector<std::string>& argv, const std::vector<std::pa
 
 }  // namespace
 
+int default_omp_threads(int nproc) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = ::sched_getaffinity(0, sizeof set, &set) == 0
+                       ? CPU_COUNT(&set)
+                       : static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cpus / std::max(1, nproc));
+}
+
 LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOptions& options) {
   RETORT_INPUT_CHECK(!argv.empty(), "retort launch: nothing to run (give the command after --)");
   RETORT_INPUT_CHECK(options.nproc >= 1, "retort launch: --nproc must be at least 1, got {}", options.nproc);
@@ -50,13 +62,18 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
                      : fs::path(options.rendezvous);
   fs::create_directories(rendezvous);
 
+  // Every rank's OpenMP team would otherwise take every CPU: N teams spin-waiting against each other on the same
+  // cores made a tp 4 step of the toy GPT on 2 cores 5x slower (docs/parallel.md). A value the caller set wins.
+  const bool share_cpus = options.nproc > 1 && std::getenv("OMP_NUM_THREADS") == nullptr;
   std::vector<pid_t> pids;
   for (int rank = 0; rank < options.nproc; ++rank) {
-    pids.push_back(spawn_rank(argv, {{"RANK", std::to_string(rank)},
-                                     {"WORLD_SIZE", std::to_string(options.nproc)},
-                                     {"LOCAL_RANK", std::to_string(rank)},
-                                     {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
-                                     {"RETORT_RENDEZVOUS", rendezvous.string()}}));
+    std::vector<std::pair<std::string, std::string>> env = {{"RANK", std::to_string(rank)},
+                                                            {"WORLD_SIZE", std::to_string(options.nproc)},
+                                                            {"LOCAL_RANK", std::to_string(rank)},
+                                                            {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
+                                                            {"RETORT_RENDEZVOUS", rendezvous.string()}};
+    if (share_cpus) env.emplace_back("OMP_NUM_THREADS", std::to_string(default_omp_threads(options.nproc)));
+    pids.push_back(spawn_rank(argv, env));
   }
 
   LaunchResult result;

@@ -1,6 +1,7 @@
 #pragma once
 // Local multi-process launch, like torchrun: N copies of a command, each with RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE and RETORT_RENDEZVOUS (a fresh folder every rank can see). When one rank fails, the
+// LOCAL_WORLD_SIZE, RETORT_RENDEZVOUS (a fresh folder every rank can see) and its share of the CPUs as
+// OMP_NUM_THREADS. When one rank fails, the
 // others are stopped (SIGTERM, then SIGKILL after a grace period) and the launch returns the first failure's
 // exit status, so a dead rank never leaves the rest hanging.
 #include <chrono>
@@ -20,7 +21,12 @@ struct LaunchResult {
   int failed_rank = -1;
 };
 
-// Runs argv (argv[0] a program path) nproc times and waits for all of them.
+// The OpenMP threads each of nproc local ranks gets when OMP_NUM_THREADS is not set: the CPUs this process may
+// run on, shared out (at least 1), as torchrun does for its ranks.
+int default_omp_threads(int nproc);
+
+// Runs argv (argv[0] a program path) nproc times and waits for all of them; with nproc > 1 and no
+// OMP_NUM_THREADS in the environment, each rank gets OMP_NUM_THREADS = default_omp_threads(nproc).
 LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOptions& options);
 
 }  // namespace retort::apps

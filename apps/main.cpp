@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "apps/bench_command.h"
+#include "apps/compare_command.h"
 #include "apps/distill_command.h"
 #include "apps/eval_command.h"
 #include "apps/generate_command.h"
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   retort::apps::add_distill_command(app, &exit_code);
   retort::apps::add_eval_command(app);
   retort::apps::add_generate_command(app, &exit_code);
+  retort::apps::add_compare_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,8 +1,14 @@
-// retort launch: every rank gets its environment; a failing rank stops the others quickly.
+// retort launch: every rank gets its environment (its share of the CPUs as OMP_NUM_THREADS too); a failing
+// rank stops the others quickly.
 #include <gtest/gtest.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "apps/launcher.h"
 #include "tests/test_support.h"
@@ -23,6 +29,43 @@ TEST(Launcher, EveryRankSeesItsEnvironment) {
     std::string line;
     std::getline(in, line);
     EXPECT_EQ(line, fmt::format("{} 3 {} 3", rank, rank));
+  }
+}
+
+// Each rank's OpenMP team gets its share of the CPUs (counted here from the affinity mask, as `nproc` does),
+// unless the caller chose a number.
+TEST(Launcher, RanksShareTheCpusUnlessOmpNumThreadsIsSet) {
+  ::retort::testing::TempFolder dir;
+  const char* saved = std::getenv("OMP_NUM_THREADS");
+  const std::string saved_value = saved ? saved : "";
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  auto threads_seen = [&](int nproc) {
+    LaunchOptions options;
+    options.nproc = nproc;
+    const std::string script = "echo \"${OMP_NUM_THREADS:-unset}\" > " + dir.path().string() + "/omp_$RANK";
+    EXPECT_EQ(launch_local({"/bin/sh", "-c", script}, options).exit_code, 0);
+    std::vector<std::string> seen;
+    for (int rank = 0; rank < nproc; ++rank) {
+      std::ifstream in(dir.path() / ("omp_" + std::to_string(rank)));
+      std::string line;
+      std::getline(in, line);
+      seen.push_back(line);
+    }
+    return seen;
+  };
+  ::unsetenv("OMP_NUM_THREADS");
+  EXPECT_EQ(threads_seen(2), std::vector<std::string>(2, std::to_string(std::max(1, cpus / 2))));
+  EXPECT_EQ(threads_seen(4 * cpus), std::vector<std::string>(4 * static_cast<size_t>(cpus), "1"));
+  EXPECT_EQ(threads_seen(1), std::vector<std::string>{"unset"});  // one rank: OpenMP's own default
+  ::setenv("OMP_NUM_THREADS", "3", 1);
+  EXPECT_EQ(threads_seen(2), std::vector<std::string>(2, "3"));
+  if (saved) {
+    ::setenv("OMP_NUM_THREADS", saved_value.c_str(), 1);
+  } else {
+    ::unsetenv("OMP_NUM_THREADS");
   }
 }
 

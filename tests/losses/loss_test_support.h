@@ -271,6 +271,16 @@ struct Tolerance {
   double loss, grad;
 };
 
+// The scenario called `name` in a loss's reference_cases(); a name that is gone fails the test instead of
+// silently checking nothing.
+template <typename Case>
+Case case_named(const std::vector<Case>& cases, const std::string& name) {
+  for (const Case& c : cases)
+    if (c.name == name) return c;
+  ADD_FAILURE() << "no reference case named " << name;
+  return cases.front();
+}
+
 // A loss's tolerances against the float64 reference by the logits' dtype: f64 (rounding only) is the same for
 // every loss, f32 and the 16-bit dtypes are the loss's own.
 inline Tolerance tolerance_by_dtype(DType dtype, Tolerance f32, Tolerance bf16) {

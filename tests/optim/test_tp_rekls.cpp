@@ -1,4 +1,4 @@
-// TP-REKLS at tp 1, 2 and 4 (Gloo thread ranks): every rank's shard equals the matching chunk of single-process
+// TP-REKLS at tp 1, 2, 4 and 8 (Gloo thread ranks): every rank's shard equals the matching chunk of single-process
 // REKLS on the full matrices, every step for 5 steps, for row-sharded, column-sharded, block-sharded (fused
 // q|k|v layout) and replicated weights; ranks hold the same eigenvalues and moments bit for bit; the group runs exactly
 // 2 eigendecompositions per parameter per step; bad shapes are refused with the parameter's name.
@@ -25,6 +25,9 @@ struct Case {
 
 const std::vector<Case> kCases = {{"a.pd0", 16, 32, 0, 1},  {"b.pd1", 32, 16, 1, 1},  {"c.pd0", 96, 200, 0, 1},
                                   {"d.pd1", 96, 200, 1, 1}, {"e.rep", 24, 40, -1, 1}, {"f.qkv", 48, 16, 0, 3}};
+// tp 8 on the small matrices of every layout: 8 thread ranks on a small CPU cost in collectives, not in flops.
+const std::vector<Case> kCasesTp8 = {
+    {"a.pd0", 16, 32, 0, 1}, {"b.pd1", 32, 16, 1, 1}, {"e.rep", 24, 40, -1, 1}, {"f.qkv", 48, 16, 0, 3}};
 constexpr int kSteps = 5;
 constexpr double kLr = 1e-2;
 // Gradients at the scale of eps keep float32 REKLS well conditioned (test_rekls_reference.cpp says why), so a
@@ -43,20 +46,20 @@ std::vector<float> gradient(size_t i, const Case& c, int step) {
 }
 
 // Single-process REKLS on the full matrices: weights after every step, per case.
-std::vector<std::vector<Tensor>> dense_trajectory() {
+std::vector<std::vector<Tensor>> dense_trajectory(const std::vector<Case>& cases) {
   nn::NamedTensors params;
-  for (size_t i = 0; i < kCases.size(); ++i)
+  for (size_t i = 0; i < cases.size(); ++i)
     params.emplace_back(
-        kCases[i].name,
-        Tensor::from_floats(initial_weight(i, kCases[i]), {kCases[i].rows, kCases[i].cols}).set_requires_grad(true));
+        cases[i].name,
+        Tensor::from_floats(initial_weight(i, cases[i]), {cases[i].rows, cases[i].cols}).set_requires_grad(true));
   Rekls rekls({{"all", params, 0.01}}, test_options());
-  std::vector<std::vector<Tensor>> out(kCases.size());
+  std::vector<std::vector<Tensor>> out(cases.size());
   for (int step = 1; step <= kSteps; ++step) {
-    for (size_t i = 0; i < kCases.size(); ++i)
-      params[i].second.set_grad(Tensor::from_floats(gradient(i, kCases[i], step), {kCases[i].rows, kCases[i].cols}));
+    for (size_t i = 0; i < cases.size(); ++i)
+      params[i].second.set_grad(Tensor::from_floats(gradient(i, cases[i], step), {cases[i].rows, cases[i].cols}));
     rekls.step(kLr);
-    EXPECT_EQ(rekls.eigh_calls_last_step(), 2 * static_cast<int64_t>(kCases.size()));
-    for (size_t i = 0; i < kCases.size(); ++i) out[i].push_back(params[i].second.clone());
+    EXPECT_EQ(rekls.eigh_calls_last_step(), 2 * static_cast<int64_t>(cases.size()));
+    for (size_t i = 0; i < cases.size(); ++i) out[i].push_back(params[i].second.clone());
   }
   return out;
 }
@@ -69,15 +72,15 @@ ShardingSpec spec_for(const Case& c, const std::shared_ptr<Communicator>& comm) 
   return spec;
 }
 
-TEST(TpRekls, ShardsMatchSingleProcessReklsAtTp124) {
-  const auto dense = dense_trajectory();
-  for (int tp : {1, 2, 4}) {
+void expect_shards_match_rekls(const std::vector<Case>& cases, std::initializer_list<int> tps) {
+  const auto dense = dense_trajectory(cases);
+  for (int tp : tps) {
     std::atomic<double> worst{0.0};
     run_ranks(tp, [&](std::shared_ptr<Communicator> comm) {
       const int rank = comm->rank();
       nn::NamedTensors params;
-      for (size_t i = 0; i < kCases.size(); ++i) {
-        const Case& c = kCases[i];
+      for (size_t i = 0; i < cases.size(); ++i) {
+        const Case& c = cases[i];
         const ShardingSpec spec = spec_for(c, comm);
         Tensor full = Tensor::from_floats(initial_weight(i, c), {c.rows, c.cols});
         Tensor local = tp::shard_of(full, spec, rank, tp).clone().set_requires_grad(true);
@@ -86,8 +89,8 @@ TEST(TpRekls, ShardsMatchSingleProcessReklsAtTp124) {
       }
       TpRekls opt({{"all", params, 0.01}}, test_options(), comm);
       for (int step = 1; step <= kSteps; ++step) {
-        for (size_t i = 0; i < kCases.size(); ++i) {
-          const Case& c = kCases[i];
+        for (size_t i = 0; i < cases.size(); ++i) {
+          const Case& c = cases[i];
           Tensor full_grad = Tensor::from_floats(gradient(i, c, step), {c.rows, c.cols});
           params[i].second.set_grad(tp::shard_of(full_grad, spec_for(c, comm), rank, tp).clone());
         }
@@ -95,9 +98,9 @@ TEST(TpRekls, ShardsMatchSingleProcessReklsAtTp124) {
         // Exactly 2 eigendecompositions per parameter in the whole group, none repeated across ranks.
         Tensor count = Tensor::full({1}, static_cast<double>(opt.eigh_calls_last_step()));
         comm->all_reduce(count);
-        EXPECT_EQ(count.item(), 2.0 * kCases.size()) << "tp " << tp << " step " << step;
-        for (size_t i = 0; i < kCases.size(); ++i) {
-          const Case& c = kCases[i];
+        EXPECT_EQ(count.item(), 2.0 * cases.size()) << "tp " << tp << " step " << step;
+        for (size_t i = 0; i < cases.size(); ++i) {
+          const Case& c = cases[i];
           const Tensor expected = tp::shard_of(dense[i][step - 1], spec_for(c, comm), rank, tp);
           const auto want = expected.to_doubles(), got = params[i].second.to_doubles();
           ASSERT_EQ(want.size(), got.size());
@@ -138,26 +141,37 @@ TEST(TpRekls, ShardsMatchSingleProcessReklsAtTp124) {
   }
 }
 
+TEST(TpRekls, ShardsMatchSingleProcessReklsAtTp124) {
+  expect_shards_match_rekls(kCases, {1, 2, 4});
+}
+
+TEST(TpRekls, ShardsMatchSingleProcessReklsAtTp8) {
+  expect_shards_match_rekls(kCasesTp8, {8});
+}
+
 TEST(TpRekls, FactorOwnershipIsSpreadOverTheGroup) {
-  run_ranks(4, [](std::shared_ptr<Communicator> comm) {
-    nn::NamedTensors params;
-    for (int i = 0; i < 4; ++i) {
-      Tensor p = Tensor::zeros({32, 16}).set_requires_grad(true);
-      ShardingSpec spec;
-      spec.partition_dim = 0;
-      spec.group = comm;
-      p = tp::shard_of(p, spec, comm->rank(), 4).clone().set_requires_grad(true);
-      p.set_sharding(spec);
-      params.emplace_back("w" + std::to_string(i), p);
-    }
-    TpRekls opt({{"all", params, 0.0}}, ReklsOptions{}, comm);
-    std::vector<int> per_rank(4, 0);
-    for (size_t i = 0; i < 4; ++i) {
-      ++per_rank[static_cast<size_t>(opt.factor_owner(i, true))];
-      ++per_rank[static_cast<size_t>(opt.factor_owner(i, false))];
-    }
-    EXPECT_EQ(per_rank, (std::vector<int>{2, 2, 2, 2}));
-  });
+  // 4 parameters, 8 factors: 2 per rank at tp 4, 1 per rank at tp 8.
+  for (int tp : {4, 8}) {
+    run_ranks(tp, [tp](std::shared_ptr<Communicator> comm) {
+      nn::NamedTensors params;
+      for (int i = 0; i < 4; ++i) {
+        Tensor p = Tensor::zeros({32, 16}).set_requires_grad(true);
+        ShardingSpec spec;
+        spec.partition_dim = 0;
+        spec.group = comm;
+        p = tp::shard_of(p, spec, comm->rank(), tp).clone().set_requires_grad(true);
+        p.set_sharding(spec);
+        params.emplace_back("w" + std::to_string(i), p);
+      }
+      TpRekls opt({{"all", params, 0.0}}, ReklsOptions{}, comm);
+      std::vector<int> per_rank(static_cast<size_t>(tp), 0);
+      for (size_t i = 0; i < 4; ++i) {
+        ++per_rank[static_cast<size_t>(opt.factor_owner(i, true))];
+        ++per_rank[static_cast<size_t>(opt.factor_owner(i, false))];
+      }
+      EXPECT_EQ(per_rank, std::vector<int>(static_cast<size_t>(tp), 8 / tp)) << "tp " << tp;
+    });
+  }
 }
 
 TEST(TpRekls, RefusesSizesThatDoNotDivideByTpNamingTheParameter) {

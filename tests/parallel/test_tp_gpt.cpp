@@ -1,4 +1,4 @@
-// The whole tensor-parallel GPT at tp 1, 2 and 4 against the dense model built from the same seed: the
+// The whole tensor-parallel GPT at tp 1, 2, 4 and 8 against the dense model built from the same seed: the
 // gathered logits equal the dense logits, and each rank's LOCAL gradient of every parameter equals the matching
 // slice of the dense gradient (q | k | v rows per head block, MLP and vocabulary slices, replicated norms).
 // Both run in f64 compute with f32 master weights; the loss sum(logits * R) seeds a known dL/dlogits.
@@ -27,11 +27,16 @@ class TpGpt : public ::testing::TestWithParam<std::tuple<bool, std::string>> {};
 
 TEST_P(TpGpt, LogitsAndLocalGradientsMatchTheDenseModel) {
   const auto [tied, norm] = GetParam();
-  const GptConfig config = tiny_config(tied, norm);
-  const Mat r = random_mat(16, config.vocab_size, 5);
-  const DenseRun dense = run_dense(config, r);
+  const GptConfig four_heads = tiny_config(tied, norm);
+  // 4 heads do not split over 8 ranks: tp 8 runs the same model with 8 heads of width 2, against its own dense run.
+  GptConfig eight_heads = four_heads;
+  eight_heads.n_head = 8;
+  const Mat r = random_mat(16, four_heads.vocab_size, 5);
+  const DenseRun dense_four = run_dense(four_heads, r), dense_eight = run_dense(eight_heads, r);
   for (int tp : kTpSizes) {
     SCOPED_TRACE(fmt::format("tp {}", tp));
+    const GptConfig& config = tp <= four_heads.n_head ? four_heads : eight_heads;
+    const DenseRun& dense = tp <= four_heads.n_head ? dense_four : dense_eight;
     on_ranks(tp, [&](std::shared_ptr<Communicator> group) {
       const int rank = group->rank();
       GptModel model(config, group);

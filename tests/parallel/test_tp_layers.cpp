@@ -1,4 +1,4 @@
-// Every tensor-parallel layer at tp 1, 2 and 4 (Gloo thread ranks) against float64 math written here: the
+// Every tensor-parallel layer at tp 1, 2, 4 and 8 (Gloo thread ranks) against float64 math written here: the
 // forward output equals the dense result (or this rank's slice of it), and each rank's LOCAL gradients equal
 // the matching slices of the dense gradients. The layers compute in f64 (compute_dtype), their f32 master
 // weights receive f32 gradients, hence the 1e-6 tolerance on weights and 1e-12 on f64 activations.
@@ -141,10 +141,10 @@ TEST(TpLayers, VocabParallelEmbeddingMatchesDenseSlices) {
 }
 
 TEST(TpLayers, VocabParallelLogitsStayShardedAndTagged) {
-  const int64_t rows = 6, dim = 8, vocab = 20;
+  const int64_t rows = 6, dim = 8, vocab = 24;
   const Mat x = random_mat(rows, dim, 31), w = random_mat(vocab, dim, 32, 0.5), r = random_mat(rows, vocab, 33);
   const Mat logits = matmul_nt(x, w), dw = matmul_tn(r, x), dx = matmul_nn(r, w);
-  for (int tp : {1, 2, 4}) {
+  for (int tp : kTpSizes) {
     SCOPED_TRACE(fmt::format("tp {}", tp));
     on_ranks(tp, [&](std::shared_ptr<Communicator> group) {
       const int rank = group->rank();
@@ -182,7 +182,8 @@ TEST(TpLayers, ShapesThatDoNotDivideAreClearErrors) {
 }
 
 TEST(ProcessGrid, TpIsInnermostAndGroupsReduceOverTheRightRanks) {
-  for (auto [world, tp] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}, {2, 1}, {4, 2}, {4, 4}, {4, 1}}) {
+  for (auto [world, tp] :
+       std::vector<std::pair<int, int>>{{1, 1}, {2, 2}, {2, 1}, {4, 2}, {4, 4}, {4, 1}, {8, 2}, {8, 4}, {8, 8}}) {
     SCOPED_TRACE(fmt::format("world {} tp {}", world, tp));
     on_ranks(world, [world, tp](std::shared_ptr<Communicator> comm) {
       const ProcessGrid grid = make_process_grid(comm, tp);

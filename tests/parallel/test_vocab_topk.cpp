@@ -1,5 +1,5 @@
 // The distributed top-k over vocab-sharded logits against the dense float64 reference (a stable sort of the
-// full row and a float64 log-softmax) at tp 1, 2 and 4 as Gloo thread ranks: every rank must return the
+// full row and a float64 log-softmax) at tp 1, 2, 4 and 8 as Gloo thread ranks: every rank must return the
 // dense top-k ids exactly, their full-vocabulary log-probabilities and the row lse. Covers ties across shard
 // borders, -inf entries, k larger than a shard, bf16 logits, a temperature, the explicit-group override and
 // bad input.
@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "core/tensor/device.h"
 #include "parallel/comm/thread_ranks.h"
@@ -88,25 +89,35 @@ void expect_rank_matches(const tp::VocabTopK& got, const Dense& want, int k, con
   for (size_t r = 0; r < lse.size(); ++r) EXPECT_NEAR(lse[r], want.lse[r], 2e-5) << what << " row " << r;
 }
 
-void check_case(int tp, DType dtype, bool ties, int k, double temperature, bool explicit_group) {
+// One group of `tp` thread ranks runs every k in `ks` (each k on its own logits): connecting 8 thread ranks costs
+// more than the top-k itself.
+void check_case(int tp, DType dtype, bool ties, const std::vector<int>& ks, double temperature, bool explicit_group) {
   const int64_t rows = 10, vocab = 64;
-  const Mat logits = make_logits(rows, vocab, ties, dtype, 7 + static_cast<uint32_t>(k));
-  const Dense want = dense_topk(logits, k, temperature);
-  const std::string what = "tp " + std::to_string(tp) + " " + std::string(dtype_name(dtype)) + (ties ? " ties" : "") +
-                           " k " + std::to_string(k) + " T " + std::to_string(temperature) +
-                           (explicit_group ? " explicit group" : "");
+  std::vector<Mat> logits;
+  std::vector<Dense> want;
+  std::vector<std::string> what;
+  for (int k : ks) {
+    logits.push_back(make_logits(rows, vocab, ties, dtype, 7 + static_cast<uint32_t>(k)));
+    want.push_back(dense_topk(logits.back(), k, temperature));
+    what.push_back("tp " + std::to_string(tp) + " " + std::string(dtype_name(dtype)) + (ties ? " ties" : "") + " k " +
+                   std::to_string(k) + " T " + std::to_string(temperature) + (explicit_group ? " explicit group" : ""));
+  }
   run_ranks(tp, [&](std::shared_ptr<Communicator> comm) {
     const ShardingSpec spec{1, 1, comm};
-    // Leading dims [2, 5] are flattened into the 10 rows.
-    Tensor local =
-        tp::shard_of(to_tensor(logits, DType::F64), spec, comm->rank(), tp).to(dtype).view({2, rows / 2, vocab / tp});
-    tp::VocabTopKOptions options{k, temperature, nullptr};
-    if (explicit_group) {
-      options.group = comm;  // the logits carry no sharding: the option says where the vocabulary is split
-    } else {
-      local.set_sharding({2, 1, comm});
+    for (size_t i = 0; i < ks.size(); ++i) {
+      // Leading dims [2, 5] are flattened into the 10 rows.
+      Tensor local = tp::shard_of(to_tensor(logits[i], DType::F64), spec, comm->rank(), tp)
+                         .to(dtype)
+                         .view({2, rows / 2, vocab / tp});
+      tp::VocabTopKOptions options{ks[i], temperature, nullptr};
+      if (explicit_group) {
+        options.group = comm;  // the logits carry no sharding: the option says where the vocabulary is split
+      } else {
+        local.set_sharding({2, 1, comm});
+      }
+      expect_rank_matches(tp::vocab_topk(local, options), want[i], ks[i],
+                          what[i] + " rank " + std::to_string(comm->rank()));
     }
-    expect_rank_matches(tp::vocab_topk(local, options), want, k, what + " rank " + std::to_string(comm->rank()));
   });
 }
 
@@ -114,14 +125,14 @@ TEST(VocabTopK, EveryRankHoldsTheDenseTopK) {
   for (int tp : kTpSizes)
     for (DType dtype : {DType::F32, DType::BF16})
       for (bool ties : {false, true})
-        for (int k : {1, 5, 20, 64})  // 20 > the 16 columns of a shard at tp 4; 64 is the whole vocabulary
-          check_case(tp, dtype, ties, k, 1.0, false);
+        // 20 > a shard's 16 columns at tp 4, 8 at tp 8; 64: the whole vocabulary
+        check_case(tp, dtype, ties, {1, 5, 20, 64}, 1.0, false);
 }
 
 TEST(VocabTopK, TemperatureAndExplicitGroup) {
   for (int tp : kTpSizes) {
-    check_case(tp, DType::F32, false, 8, 2.0, false);
-    check_case(tp, DType::F32, true, 8, 1.0, true);
+    check_case(tp, DType::F32, false, {8}, 2.0, false);
+    check_case(tp, DType::F32, true, {8}, 1.0, true);
   }
 }
 

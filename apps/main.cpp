@@ -1,4 +1,4 @@
-// The `retort` command: subcommands for training, distillation, evaluation, launching ranks and benchmarks.
+// The `retort` command: subcommands for training, distillation, evaluation, generation, launching ranks and benchmarks.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -7,6 +7,7 @@
 #include "apps/bench_command.h"
 #include "apps/distill_command.h"
 #include "apps/eval_command.h"
+#include "apps/generate_command.h"
 #include "apps/launch_command.h"
 #include "apps/train_command.h"
 #include "core/util/error.h"
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   retort::apps::add_bench_command(app, &exit_code);
   retort::apps::add_distill_command(app, &exit_code);
   retort::apps::add_eval_command(app);
+  retort::apps::add_generate_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -64,6 +64,25 @@ TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::sha
   return trained;
 }
 
+data::Tokenizer load_run_tokenizer(const TrainedModel& model) {
+  const fs::path data_dir = load_run_config(model.run_dir).get_string("data.dir");
+  const fs::path file = data_dir / "tokenizer.model";
+  RETORT_INPUT_CHECK(fs::exists(file),
+                     "the tokenizer of the run '{}' is missing: {} does not exist (run the command from the folder "
+                     "the model was trained in, or prepare its data again with the same data.corpus and "
+                     "data.vocab_size)",
+                     model.run_dir.string(), file.string());
+  data::Tokenizer tokenizer = data::Tokenizer::load(file);
+  RETORT_INPUT_CHECK(
+      tokenizer.fingerprint() == model.tokenizer_fingerprint && tokenizer.vocab_size() == model.vocab_size,
+      "{} (tokenizer {}, vocabulary {}) does not match the run '{}' (its data folder's manifest.json "
+      "names tokenizer {}, the model has a vocabulary of {}): the data folder changed since the model "
+      "was trained; prepare it again from the run's data.corpus and data.vocab_size",
+      file.string(), tokenizer.fingerprint(), tokenizer.vocab_size(), model.run_dir.string(),
+      model.tokenizer_fingerprint, model.vocab_size);
+  return tokenizer;
+}
+
 Tensor inference_logits(const TrainedModel& model, const Tensor& tokens) {
   NoGradGuard no_grad;
   return model.model->forward(tokens, model.dtype);

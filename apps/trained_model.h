@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/config/resolved_config.h"
+#include "core/data/tokenizer.h"
 #include "core/tensor/device.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/gpt_model.h"
@@ -30,6 +31,10 @@ ResolvedConfig load_run_config(const std::filesystem::path& run_dir);
 // run directory, or holds no checkpoint, is an InputError.
 TrainedModel load_trained_model(const std::filesystem::path& run_dir, Device device,
                                 std::shared_ptr<Communicator> tp_group = nullptr);
+
+// The tokenizer the model was trained with: tokenizer.model of the run's data folder, which must still be the one
+// the run's data was made with (same fingerprint and vocabulary size; an InputError naming the file otherwise).
+data::Tokenizer load_run_tokenizer(const TrainedModel& model);
 
 // The model's forward without the tape: logits [B, T, V_local] of tokens i32 [B, T] on the model's device.
 Tensor inference_logits(const TrainedModel& model, const Tensor& tokens);

@@ -12,9 +12,13 @@
 namespace retort::generate {
 
 struct GenerationOptions {
-  int64_t max_new_tokens = 64;
+  int64_t max_new_tokens = 64;  // at least 1
   SamplingOptions sampling;
   DType compute_dtype = DType::F32;
+  // The identity of each prompt's sequence (empty: 0, 1, ..., n - 1). The sampler keys a row by (sequence id,
+  // position), so a sequence draws the same tokens alone or in any batch when it keeps its id: a caller that
+  // splits prompts into batches passes each prompt's global index. Sized like the prompts when given.
+  std::vector<uint64_t> sequence_ids;
   // Called on every rank after each step with the sequence index and its new token; returning false finishes
   // that sequence (a stop string, an end-of-text token). Must return the same on every rank.
   std::function<bool(int64_t sequence, int32_t token)> on_token;
@@ -25,13 +29,19 @@ enum class FinishReason { MaxTokens, Stopped, ContextFull };
 struct GeneratedSequence {
   std::vector<int32_t> tokens;  // the new tokens only
   FinishReason finish = FinishReason::MaxTokens;
-  double prefill_seconds = 0.0;
-  double decode_seconds = 0.0;
+  double prefill_seconds = 0.0;  // the batch's prefill forward and its first token (shared by the batch)
+  double decode_seconds = 0.0;   // from the end of the prefill to this sequence's last token
 };
 
-// prompts: token ids, each non-empty and shorter than the model's block_size (InputError otherwise, naming the
-// prompt). A sequence ends after max_new_tokens, when on_token says so, or when it fills the context. Every rank of
-// the model's tp group calls it with the same prompts and options.
+// The sampler's row key of the token sampled at `position` (its index in the prompt + completion) of sequence
+// `sequence_id`: a mix of both, so distinct pairs draw independent noise.
+uint64_t sequence_row_key(uint64_t sequence_id, int64_t position);
+
+// prompts: token ids, each non-empty, shorter than the model's block_size and within its vocabulary (InputError
+// otherwise, naming the prompt). A sequence ends after max_new_tokens, when on_token says so, or when it fills the
+// context (prompt + new tokens = block_size). The batch shares one KV cache: one right-padded prefill forward,
+// then one decode forward per step for the unfinished rows. Every rank of the model's tp group calls it with the
+// same prompts and options; every rank returns the same tokens.
 std::vector<GeneratedSequence> generate_tokens(const GptModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                                const GenerationOptions& options);
 

@@ -32,7 +32,7 @@ TEST(CommNccl, CollectivesOnTwoGpus) {
     auto comm = NcclCommunicator::create(std::dynamic_pointer_cast<GlooCommunicator>(gloo), rank, options);
     const Device gpu = Device::cuda(rank);
 
-    for (DType dtype : {DType::F32, DType::BF16, DType::I32}) {  // f64 tensors are CPU-only
+    for (DType dtype : {DType::F32, DType::BF16, DType::I32, DType::F64}) {
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
         Tensor t = rank_tensor(rank, {1000003}, dtype).to(gpu);
         comm->all_reduce(t, op);

@@ -1,0 +1,106 @@
+// Generation throughput of retort's GPT with the KV cache: a randomly initialised model (GPT-2 small's shape by
+// default), random prompts of one length, a fixed number of new tokens (no stop), at each batch size: the prefill
+// time and the decode rate (tokens after the first, over all sequences, per second). bench/generate_bench_torch.py
+// measures the PyTorch twin the same way; bench/run_generate_bench.sh runs both and writes the table.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/tensor/device_runtime.h"
+#include "parallel/generate/generator.h"
+#include "parallel/gpt_model.h"
+
+using namespace retort;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  GptConfig config;
+  config.vocab_size = 50304;
+  config.block_size = 1024;
+  config.n_layer = 12;
+  config.n_head = 12;
+  config.n_embd = 768;
+  std::string device_name = "cuda", dtype_arg = "bf16", batches_arg = "1,32", json_path, label = "gpt2-small";
+  int64_t prompt_len = 128, new_tokens = 256, repeats = 3;
+  double temperature = 0.0;
+  CLI::App app{"retort generation benchmark (KV cache)"};
+  app.add_option("--label", label)->capture_default_str();
+  app.add_option("--device", device_name)->capture_default_str();
+  app.add_option("--dtype", dtype_arg, "compute dtype: f32 or bf16")->capture_default_str();
+  app.add_option("--batches", batches_arg, "comma-separated batch sizes")->capture_default_str();
+  app.add_option("--prompt", prompt_len, "prompt tokens")->capture_default_str();
+  app.add_option("--new", new_tokens, "new tokens per sequence")->capture_default_str();
+  app.add_option("--temperature", temperature, "0: greedy")->capture_default_str();
+  app.add_option("--repeats", repeats, "timed runs after one warm-up; the median is reported")->capture_default_str();
+  app.add_option("--vocab", config.vocab_size)->capture_default_str();
+  app.add_option("--context", config.block_size)->capture_default_str();
+  app.add_option("--layers", config.n_layer)->capture_default_str();
+  app.add_option("--heads", config.n_head)->capture_default_str();
+  app.add_option("--embd", config.n_embd)->capture_default_str();
+  app.add_option("--json", json_path, "append one JSON object per batch size to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  const Device device = Device::parse(device_name);
+  GptModel model(config);
+  model.to(device);
+  model.initialize(1);
+  std::vector<int64_t> batches;
+  for (size_t at = 0; at <= batches_arg.size();) {
+    const size_t comma = std::min(batches_arg.find(',', at), batches_arg.size());
+    batches.push_back(std::stoll(batches_arg.substr(at, comma - at)));
+    at = comma + 1;
+  }
+
+  std::ofstream json;
+  if (!json_path.empty()) json.open(json_path, std::ios::app);
+  fmt::print("{} on {}, {} compute: {} layers, {} heads, width {}, vocab {}, context {}; prompt {}, {} new tokens\n",
+             label, device.str(), dtype_arg, config.n_layer, config.n_head, config.n_embd, config.vocab_size,
+             config.block_size, prompt_len, new_tokens);
+  fmt::print("{:>6} {:>12} {:>16} {:>14}\n", "batch", "prefill ms", "decode tokens/s", "ms per step");
+  std::mt19937 rng(0);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size - 1));
+  for (int64_t batch : batches) {
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch), std::vector<int32_t>(prompt_len));
+    for (auto& p : prompts)
+      for (auto& t : p) t = token(rng);
+    generate::GenerationOptions options;
+    options.max_new_tokens = new_tokens;
+    options.compute_dtype = dtype_from_name(dtype_arg);
+    options.sampling.temperature = temperature;
+    std::vector<double> prefill, decode;
+    for (int64_t run = 0; run <= repeats; ++run) {
+      device_runtime::synchronize(device);
+      const auto out = generate::generate_tokens(model, prompts, options);
+      if (run == 0) continue;  // warm-up: the memory pool and cuBLAS's workspaces
+      prefill.push_back(out[0].prefill_seconds);
+      double slowest = 0;
+      for (const auto& s : out) slowest = std::max(slowest, s.decode_seconds);
+      decode.push_back(slowest);
+    }
+    const double prefill_ms = 1e3 * median(prefill), decode_s = median(decode);
+    const double tokens_per_s = static_cast<double>(batch * (new_tokens - 1)) / decode_s;
+    const double ms_per_step = 1e3 * decode_s / static_cast<double>(new_tokens - 1);
+    fmt::print("{:>6} {:>12.2f} {:>16.1f} {:>14.3f}\n", batch, prefill_ms, tokens_per_s, ms_per_step);
+    const nlohmann::json row{
+        {"framework", "retort"},     {"label", label},           {"device", device.str()},
+        {"dtype", dtype_arg},        {"batch", batch},           {"prompt", prompt_len},
+        {"new_tokens", new_tokens},  {"prefill_ms", prefill_ms}, {"decode_tokens_per_s", tokens_per_s},
+        {"ms_per_step", ms_per_step}};
+    std::cout << row.dump() << std::endl;
+    if (json.is_open()) json << row.dump() << "\n";
+  }
+  return 0;
+}

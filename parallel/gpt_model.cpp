@@ -56,8 +56,8 @@ Tensor GptBlock::forward(const Tensor& x, DType compute_dtype) const {
 
 Tensor GptBlock::forward_cached(const Tensor& x, generate::KvCache& cache, int64_t layer, DType compute_dtype) const {
   const Tensor qkv = qkv_->forward(ln_1_->forward(x), compute_dtype);
-  const Tensor attn = ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), cache.lengths(),
-                                                   static_cast<int>(local_heads_));
+  const Tensor attn = ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer),
+                                                   cache.lengths_on_device(), static_cast<int>(local_heads_));
   Tensor h = ops::add(x, attn_proj_->forward(attn, compute_dtype));
   Tensor mlp = mlp_proj_->forward(ops::gelu(fc_->forward(ln_2_->forward(h), compute_dtype)), compute_dtype);
   return ops::add(h, mlp);
@@ -126,9 +126,12 @@ Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& v
   std::vector<int32_t> positions(static_cast<size_t>(B * T));
   for (int64_t b = 0; b < B; ++b) {
     const int64_t start = cache.length(b), count = valid[static_cast<size_t>(b)];
-    RETORT_INPUT_CHECK(count >= 0 && count <= T && start + count <= cache.capacity(),
+    RETORT_INPUT_CHECK(count >= 0 && count <= T,
+                       "GptModel::forward_cached: sequence {} has {} valid tokens in ids of {} positions per row", b,
+                       count, T);
+    RETORT_INPUT_CHECK(start + count <= cache.capacity(),
                        "sequence {} cannot take {} more tokens: it holds {} of the KV cache's {} positions (the "
-                       "context is full)",
+                       "context is full; reset the cache or make it larger)",
                        b, count, start, cache.capacity());
     // Padding past the context reuses the last position's embedding; its results are never read.
     for (int64_t t = 0; t < T; ++t)

@@ -251,17 +251,29 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head) {
   });
 }
 
+Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const Tensor& starts, int n_head) {
+  RETORT_INPUT_CHECK(!(grad_enabled() && qkv.requires_grad()),
+                     "attention_with_kv_cache is inference only: call it under NoGradGuard (it records no backward)");
+  RETORT_INPUT_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0, "attention_with_kv_cache: qkv must be [B, T, 3C], got {}",
+                     qkv.describe());
+  Tensor out = Tensor::empty({qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(), qkv.device());
+  kernels::attention_with_cache(qkv, starts, n_head, k_cache, v_cache, out);
+  return out;
+}
+
 Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const std::vector<int64_t>& starts,
                                int n_head) {
-  RETORT_CHECK(!(grad_enabled() && qkv.requires_grad()),
-               "attention_with_kv_cache is inference only: call it under NoGradGuard (it records no backward)");
-  RETORT_CHECK(qkv.ndim() == 3 && static_cast<int64_t>(starts.size()) == qkv.size(0),
-               "attention_with_kv_cache: {} start positions for qkv {}", starts.size(), qkv.describe());
+  RETORT_INPUT_CHECK(qkv.ndim() == 3 && static_cast<int64_t>(starts.size()) == qkv.size(0),
+                     "attention_with_kv_cache: {} start positions for qkv {}: give one per row", starts.size(),
+                     qkv.describe());
+  const int64_t capacity = k_cache.ndim() == 4 ? k_cache.size(2) : 0;
+  for (size_t b = 0; b < starts.size(); ++b)
+    RETORT_INPUT_CHECK(starts[b] >= 0 && starts[b] <= capacity,
+                       "attention_with_kv_cache: row {} starts at {}, outside a cache of {} positions", b, starts[b],
+                       capacity);
   std::vector<int32_t> positions(starts.begin(), starts.end());
-  const Tensor start_tensor = Tensor::from_ints(positions, {qkv.size(0)}, qkv.device());
-  Tensor out = Tensor::empty({qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(), qkv.device());
-  kernels::attention_with_cache(qkv, start_tensor, n_head, k_cache, v_cache, out);
-  return out;
+  return attention_with_kv_cache(qkv, k_cache, v_cache, Tensor::from_ints(positions, {qkv.size(0)}, qkv.device()),
+                                 n_head);
 }
 
 Tensor embedding(const Tensor& table, const Tensor& ids) {

@@ -38,7 +38,9 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head);
 // Inference attention over a key/value cache (generation): qkv [B, Tn, 3C] of Tn new positions per row, row b's
 // starting at starts[b]; their keys/values are written into k_cache / v_cache [B, n_head, capacity, C / n_head],
 // then each new query attends its row's keys up to itself. -> [B, Tn, C]. No tape: an error when grad mode is on
-// and qkv requires grad.
+// and qkv requires grad. `starts`: i32 [B] on qkv's device (what the model passes, copied once per step), or
+// host positions (copied to the device on every call).
+Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const Tensor& starts, int n_head);
 Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const std::vector<int64_t>& starts,
                                int n_head);
 

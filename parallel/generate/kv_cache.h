@@ -34,6 +34,11 @@ class KvCache {
   Tensor& keys(int64_t layer) { return keys_[static_cast<size_t>(layer)]; }
   Tensor& values(int64_t layer) { return values_[static_cast<size_t>(layer)]; }
 
+  // The lengths as an i32 [batch] tensor on the cache's device, the attention kernels' copy: refreshed from
+  // lengths() on the first use after a change, so a step pays one host-to-device copy (which waits for the
+  // device), not one per layer.
+  const Tensor& lengths_on_device();
+
   // Called by the model after every layer has written `valid[row]` new positions of each row.
   void advance(const std::vector<int64_t>& valid);
   // Forgets every sequence (lengths back to 0); the memory is kept for the next batch.
@@ -43,6 +48,9 @@ class KvCache {
   int64_t batch_ = 0, capacity_ = 0;
   std::vector<int64_t> lengths_;
   std::vector<Tensor> keys_, values_;
+  Device device_;
+  Tensor device_lengths_;
+  bool device_lengths_stale_ = true;
 };
 
 }  // namespace retort::generate

@@ -17,6 +17,10 @@ void attention_with_cache(const Tensor& qkv_in, const Tensor& starts, int n_head
   OutputSlot k_slot(k_in, true), v_slot(v_in, true), out_slot(out_in);
   Tensor &k_cache = k_slot.get(), &v_cache = v_slot.get(), &out = out_slot.get();
   const int32_t* start = starts.data<int32_t>();
+  for (int64_t b = 0; b < qkv.size(0); ++b)
+    RETORT_INPUT_CHECK(start[b] >= 0 && start[b] <= k_cache.size(2),
+                       "attention_with_cache: row {} starts at {}, outside a cache of {} positions", b, start[b],
+                       k_cache.size(2));
   dispatch_real(qkv.dtype(), [&]<typename T>() {
     const int64_t B = qkv.size(0), Tn = qkv.size(1), C = qkv.size(2) / 3, D = C / n_head, cap = k_cache.size(2);
     const T scale = T(1.0 / std::sqrt(static_cast<double>(D)));

@@ -2,12 +2,22 @@
 #include "core/kernels/cuda/common.cuh"  // first: it configures fmt for nvcc
 // clang-format on
 
-// Attention over a key/value cache, the inner loop of generation. Two kernels on the stream: the new positions'
-// keys and values are copied into the cache, then one block per (row, head, new query) walks the query's keys.
-// Decoding reads each cached key and value once per step, so the kernel is a streaming read: each warp takes
-// every 4th key, its lanes split the head dimension (a lane holds D / 32 elements of q and of the running output),
-// the dot product is a warp reduction, and a running max and sum (online softmax) let the keys be visited once;
-// the four warps' partial results are merged through shared memory at the end. Scores, sums and outputs in f32.
+// Attention over a key/value cache, the inner loop of generation. The new positions' keys and values are first
+// copied into the cache; then one of two kernels attends:
+//
+// Decode (few new queries per row): one block per (row, head, new query). Decoding reads every cached key and
+// value once per step and does little arithmetic with them, so the kernel is a streaming read tuned for memory
+// parallelism: the lanes of a warp form groups of G lanes, a group reads one key (each lane a 16-byte vector of
+// it) and its value, the block's groups take consecutive keys so that a block iteration reads one contiguous
+// stretch of the cache, and every group unrolls two keys so that four rows are in flight per group before any
+// reduction. A group's dot product is a G-lane shuffle reduction; each group keeps a running max, sum and output
+// (online softmax), so the keys are read once; groups are merged by shuffles, warps through shared memory.
+//
+// Prefill (many new queries per row): one block per (row, head, tile of queries). Key and value tiles are staged
+// in shared memory once per query tile instead of once per query; lane j of a warp scores key j of the tile
+// against one query, and the lanes then own head dimensions for the weighted sum of values.
+//
+// Scores, sums and outputs are f32 whatever the storage dtype.
 #include <cmath>
 
 #include "core/kernels/backends.h"
@@ -15,9 +25,6 @@
 namespace retort::kernels::cuda {
 namespace {
 using namespace detail;
-
-constexpr int kWarps = 4;
-constexpr int kMaxPerLane = 8;  // head_dim up to 256
 
 template <typename T>
 __global__ void append_kernel(const T* qkv, const int32_t* starts, T* k_cache, T* v_cache, int64_t B, int64_t Tn,
@@ -35,76 +42,319 @@ __global__ void append_kernel(const T* qkv, const int32_t* starts, T* k_cache, T
   }
 }
 
-template <typename T, int kPerLane>
-__global__ void __launch_bounds__(kWarps * 32)
-    attend_kernel(const T* qkv, const int32_t* starts, const T* k_cache, const T* v_cache, T* out, int64_t Tn,
+// kVec consecutive elements as floats; p aligned to kVec * sizeof(T) bytes.
+template <int kVec, typename T>
+__device__ __forceinline__ void load_vec(const T* p, float (&v)[kVec]) {
+  if constexpr (kVec * sizeof(T) == 16) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[i] = to_f32(e[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[i] = to_f32(p[i]);
+  }
+}
+
+// An online-softmax state (max m, sum l, weighted value sum acc) absorbs another one.
+template <int kN>
+__device__ __forceinline__ void merge_state(float& m, float& l, float (&acc)[kN], float m_o, float l_o,
+                                            const float (&acc_o)[kN]) {
+  const float m_new = fmaxf(m, m_o);
+  // An empty state has m = -inf, l = 0, acc = 0; two empty states stay empty (and no -inf - -inf appears).
+  const float a = m == -INFINITY ? 0.f : __expf(m - m_new);
+  const float b = m_o == -INFINITY ? 0.f : __expf(m_o - m_new);
+  l = l * a + l_o * b;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) acc[i] = acc[i] * a + acc_o[i] * b;
+  m = m_new;
+}
+
+constexpr int kDecodeWarps = 8;
+constexpr int kUnroll = 2;  // keys per group per iteration
+
+// kVec elements per vector, kG lanes per key (a power of two), kChunks vectors per lane: lane g of a group holds
+// elements (i * kG + g) * kVec .. + kVec - 1 for i < kChunks, those below D.
+template <typename T, int kVec, int kG, int kChunks>
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+    decode_kernel(const T* qkv, const int32_t* starts, const T* k_cache, const T* v_cache, T* out, int64_t Tn,
                   int64_t C, int64_t H, int64_t D, int64_t cap, float scale) {
-  __shared__ float warp_max[kWarps], warp_sum[kWarps];
-  __shared__ float warp_acc[kWarps][kMaxPerLane * 32];
+  constexpr int kPerLane = kVec * kChunks, kHead = kG * kPerLane, kGroups = 32 / kG;
+  constexpr int kBlockKeys = kDecodeWarps * kGroups;
+  __shared__ float warp_m[kDecodeWarps], warp_l[kDecodeWarps];
+  __shared__ float warp_acc[kDecodeWarps][kHead];
+
   const int64_t t = blockIdx.x % Tn, bh = blockIdx.x / Tn, h = bh % H, b = bh / H;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane % kG;
+  const int slot = warp * kGroups + lane / kG;  // this group's key within a block iteration
   const int64_t seen = min(static_cast<int64_t>(starts[b]) + t + 1, cap);
-  const T* q_row = qkv + (b * Tn + t) * 3 * C + h * D;
   const T* keys = k_cache + bh * cap * D;
   const T* values = v_cache + bh * cap * D;
 
-  float q[kPerLane], acc[kPerLane];
+  bool owned[kChunks];
+  float q[kChunks][kVec];
+  const T* q_row = qkv + (b * Tn + t) * 3 * C + h * D;
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int64_t d = lane + 32 * i;
-    q[i] = d < D ? to_f32(q_row[d]) * scale : 0.f;
-    acc[i] = 0.f;
-  }
-  float running_max = -INFINITY, running_sum = 0.f;
-  for (int64_t j = warp; j < seen; j += kWarps) {
-    const T* key = keys + j * D;
-    float dot = 0.f;
+  for (int i = 0; i < kChunks; ++i) {
+    const int64_t d = static_cast<int64_t>(i * kG + g) * kVec;
+    owned[i] = d < D;
+    if (owned[i]) {
+      load_vec<kVec>(q_row + d, q[i]);
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int64_t d = lane + 32 * i;
-      if (d < D) dot += q[i] * to_f32(key[d]);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    // Rescale what was summed so far only when the maximum moves.
-    float weight;
-    if (dot > running_max) {
-      const float rescale = __expf(running_max - dot);
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) acc[i] *= rescale;
-      running_sum *= rescale;
-      running_max = dot;
-      weight = 1.f;
+      for (int e = 0; e < kVec; ++e) q[i][e] *= scale;
     } else {
-      weight = __expf(dot - running_max);
-    }
-    running_sum += weight;
-    const T* value = values + j * D;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int64_t d = lane + 32 * i;
-      if (d < D) acc[i] += weight * to_f32(value[d]);
+      for (int e = 0; e < kVec; ++e) q[i][e] = 0.f;
     }
   }
-  if (lane == 0) warp_max[warp] = running_max, warp_sum[warp] = running_sum;
+
+  float m = -INFINITY, l = 0.f, acc[kPerLane];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) warp_acc[warp][lane + 32 * i] = acc[i];
+  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.f;
+
+  // The trip count depends on `seen` alone, so every lane runs every shuffle.
+  for (int64_t base = 0; base < seen; base += kUnroll * kBlockKeys) {
+    float k[kUnroll][kChunks][kVec], v[kUnroll][kChunks][kVec];
+    bool live[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = base + u * kBlockKeys + slot;
+      live[u] = j < seen;
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        if (live[u] && owned[i]) {
+          const int64_t at = j * D + static_cast<int64_t>(i * kG + g) * kVec;
+          load_vec<kVec>(keys + at, k[u][i]);
+          load_vec<kVec>(values + at, v[u][i]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) k[u][i][e] = v[u][i][e] = 0.f;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float dot = 0.f;
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) dot += q[i][e] * k[u][i][e];
+#pragma unroll
+      for (int o = kG / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      if (!live[u]) continue;
+      const float m_new = fmaxf(m, dot);
+      const float rescale = __expf(m - m_new);  // 0 at the first key (m = -inf, dot finite)
+      const float p = __expf(dot - m_new);
+      l = l * rescale + p;
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc[i * kVec + e] = acc[i * kVec + e] * rescale + p * v[u][i][e];
+      m = m_new;
+    }
+  }
+
+  // Merge the groups of the warp: lanes that hold the same head elements are kG, 2 kG, ... apart.
+#pragma unroll
+  for (int o = kG; o < 32; o <<= 1) {
+    float acc_o[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) acc_o[i] = __shfl_xor_sync(0xffffffffu, acc[i], o);
+    const float m_o = __shfl_xor_sync(0xffffffffu, m, o), l_o = __shfl_xor_sync(0xffffffffu, l, o);
+    merge_state(m, l, acc, m_o, l_o, acc_o);
+  }
+  if (lane == 0) warp_m[warp] = m, warp_l[warp] = l;
+  if (lane < kG) {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) warp_acc[warp][(i * kG + g) * kVec + e] = acc[i * kVec + e];
+  }
   __syncthreads();
+
   // Merge the warps: each thread finishes some output elements.
-  float m = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) m = fmaxf(m, warp_max[w]);
-  float total = 0.f, factor[kWarps];
-  for (int w = 0; w < kWarps; ++w) {
-    factor[w] = warp_max[w] == -INFINITY ? 0.f : __expf(warp_max[w] - m);
-    total += warp_sum[w] * factor[w];
+  float top = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kDecodeWarps; ++w) top = fmaxf(top, warp_m[w]);
+  float factor[kDecodeWarps], total = 0.f;
+#pragma unroll
+  for (int w = 0; w < kDecodeWarps; ++w) {
+    factor[w] = warp_m[w] == -INFINITY ? 0.f : __expf(warp_m[w] - top);
+    total += warp_l[w] * factor[w];
   }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
+  const float inv = 1.f / total;  // key 0 is always seen, so total >= 1
   T* out_row = out + (b * Tn + t) * C + h * D;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    float v = 0.f;  // lane l held elements l, l + 32, ...: element d sits at index d of its warp's row
-    for (int w = 0; w < kWarps; ++w) v += warp_acc[w][d] * factor[w];
-    out_row[d] = from_f32<T>(v * inv);
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) sum += warp_acc[w][d] * factor[w];
+    out_row[d] = from_f32<T>(sum * inv);
   }
+}
+
+constexpr int kPrefillWarps = 4;
+constexpr int kQueriesPerWarp = 4;
+constexpr int kQueryTile = kPrefillWarps * kQueriesPerWarp;
+constexpr int kKeyTile = 32;  // one key per lane
+constexpr int kPrefillMaxHead = 128;
+
+// kDims = ceil(D / 32): head elements per lane in the weighted sum (lane owns d = lane + 32 i).
+template <typename T, int kDims>
+__global__ void __launch_bounds__(kPrefillWarps * 32)
+    prefill_kernel(const T* qkv, const int32_t* starts, const T* k_cache, const T* v_cache, T* out, int64_t Tn,
+                   int64_t C, int64_t H, int64_t D, int64_t cap, float scale) {
+  extern __shared__ float shared[];
+  // Keys padded to D + 1 floats: lane j reads key j's element d, and the odd stride puts the 32 lanes in 32 banks.
+  const int64_t key_stride = D + 1;
+  float* s_q = shared;                       // [kQueryTile][D], scaled
+  float* s_k = s_q + kQueryTile * D;         // [kKeyTile][D + 1]
+  float* s_v = s_k + kKeyTile * key_stride;  // [kKeyTile][D]
+
+  const int64_t tiles = (Tn + kQueryTile - 1) / kQueryTile;
+  const int64_t tile = blockIdx.x % tiles, bh = blockIdx.x / tiles, h = bh % H, b = bh / H;
+  const int64_t t0 = tile * kQueryTile, t_end = min(t0 + kQueryTile, Tn);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t start = starts[b];
+  const int64_t block_seen = min(start + t_end, cap);  // keys the tile's last query sees
+  const T* keys = k_cache + bh * cap * D;
+  const T* values = v_cache + bh * cap * D;
+
+  for (int64_t i = threadIdx.x; i < kQueryTile * D; i += blockDim.x) {
+    const int64_t tq = t0 + i / D, d = i % D;
+    s_q[i] = tq < Tn ? to_f32(qkv[(b * Tn + tq) * 3 * C + h * D + d]) * scale : 0.f;
+  }
+
+  float m[kQueriesPerWarp], l[kQueriesPerWarp], acc[kQueriesPerWarp][kDims];
+#pragma unroll
+  for (int r = 0; r < kQueriesPerWarp; ++r) {
+    m[r] = -INFINITY, l[r] = 0.f;
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) acc[r][i] = 0.f;
+  }
+
+  for (int64_t k0 = 0; k0 < block_seen; k0 += kKeyTile) {
+    const int64_t n_keys = min(static_cast<int64_t>(kKeyTile), block_seen - k0);
+    __syncthreads();  // the previous tile is no longer read (and s_q is written, the first time)
+    for (int64_t i = threadIdx.x; i < n_keys * D; i += blockDim.x) {
+      const int64_t j = i / D, d = i % D;
+      s_k[j * key_stride + d] = to_f32(keys[(k0 + j) * D + d]);
+      s_v[j * D + d] = to_f32(values[(k0 + j) * D + d]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kQueriesPerWarp; ++r) {
+      const int64_t row = warp * kQueriesPerWarp + r, tq = t0 + row;
+      if (tq >= Tn) break;  // warp-uniform
+      const int64_t seen = min(start + tq + 1, cap);
+      const int64_t j = k0 + lane;
+      float score = -INFINITY;
+      if (lane < n_keys && j < seen) {
+        const float* qr = s_q + row * D;
+        const float* kr = s_k + lane * key_stride;
+        score = 0.f;
+        for (int64_t d = 0; d < D; ++d) score += qr[d] * kr[d];
+      }
+      const float tile_max = warp_max(score);
+      if (tile_max == -INFINITY) continue;  // this query sees none of the tile's keys (warp-uniform)
+      const float m_new = fmaxf(m[r], tile_max);
+      const float rescale = __expf(m[r] - m_new);
+      const float p = score == -INFINITY ? 0.f : __expf(score - m_new);
+      l[r] = l[r] * rescale + warp_sum(p);
+#pragma unroll
+      for (int i = 0; i < kDims; ++i) acc[r][i] *= rescale;
+      for (int jj = 0; jj < n_keys; ++jj) {
+        const float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) {
+          const int64_t d = lane + 32 * i;
+          if (d < D) acc[r][i] += pj * s_v[jj * D + d];
+        }
+      }
+      m[r] = m_new;
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kQueriesPerWarp; ++r) {
+    const int64_t tq = t0 + warp * kQueriesPerWarp + r;
+    if (tq >= Tn) break;
+    T* out_row = out + (b * Tn + tq) * C + h * D;
+    const float inv = 1.f / l[r];  // key 0 is always seen
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) {
+      const int64_t d = lane + 32 * i;
+      if (d < D) out_row[d] = from_f32<T>(acc[r][i] * inv);
+    }
+  }
+}
+
+int64_t next_pow2(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+// Queries per row at or below which the decode kernel is used: it reads the keys once per query, the prefill
+// kernel once per tile of kQueryTile queries, but stages them through shared memory first.
+constexpr int64_t kDecodeMaxQueries = 4;
+constexpr int64_t kMaxHead = 256;
+
+template <typename T>
+void launch_decode(const T* qkv, const int32_t* starts, const T* k, const T* v, T* out, int64_t B, int64_t Tn,
+                   int64_t C, int64_t H, int64_t D, int64_t cap, float scale) {
+  const unsigned blocks = static_cast<unsigned>(B * H * Tn);
+  const auto run = [&](auto vec, auto groups, auto chunks) {
+    decode_kernel<T, decltype(vec)::value, decltype(groups)::value, decltype(chunks)::value>
+        <<<blocks, kDecodeWarps * 32, 0, rc::current_stream()>>>(qkv, starts, k, v, out, Tn, C, H, D, cap, scale);
+  };
+  using I = std::integral_constant<int, 1>;
+  constexpr int kVec = 16 / sizeof(T);
+  using V = std::integral_constant<int, kVec>;
+  const bool aligned = aligned16(qkv) && aligned16(k) && aligned16(v);
+  if (aligned && D % kVec == 0 && D <= 32 * kVec) {
+    // 16-byte vectors: a group of D / kVec lanes (rounded up to a power of two) per key.
+    switch (next_pow2(D / kVec)) {
+      case 1:
+        return run(V{}, I{}, I{});
+      case 2:
+        return run(V{}, std::integral_constant<int, 2>{}, I{});
+      case 4:
+        return run(V{}, std::integral_constant<int, 4>{}, I{});
+      case 8:
+        return run(V{}, std::integral_constant<int, 8>{}, I{});
+      case 16:
+        return run(V{}, std::integral_constant<int, 16>{}, I{});
+      default:
+        return run(V{}, std::integral_constant<int, 32>{}, I{});
+    }
+  }
+  // Any other head: scalar elements, a whole warp per key, up to 8 elements per lane.
+  using W = std::integral_constant<int, 32>;
+  switch (next_pow2((D + 31) / 32)) {
+    case 1:
+      return run(I{}, W{}, I{});
+    case 2:
+      return run(I{}, W{}, std::integral_constant<int, 2>{});
+    case 4:
+      return run(I{}, W{}, std::integral_constant<int, 4>{});
+    default:
+      return run(I{}, W{}, std::integral_constant<int, 8>{});
+  }
+}
+
+template <typename T>
+void launch_prefill(const T* qkv, const int32_t* starts, const T* k, const T* v, T* out, int64_t B, int64_t Tn,
+                    int64_t C, int64_t H, int64_t D, int64_t cap, float scale) {
+  const int64_t tiles = (Tn + kQueryTile - 1) / kQueryTile;
+  const unsigned blocks = static_cast<unsigned>(B * H * tiles);
+  const size_t shared = sizeof(float) * static_cast<size_t>(kQueryTile * D + kKeyTile * (D + 1) + kKeyTile * D);
+  const auto run = [&](auto dims) {
+    prefill_kernel<T, decltype(dims)::value>
+        <<<blocks, kPrefillWarps * 32, shared, rc::current_stream()>>>(qkv, starts, k, v, out, Tn, C, H, D, cap, scale);
+  };
+  if (D <= 32) return run(std::integral_constant<int, 1>{});
+  if (D <= 64) return run(std::integral_constant<int, 2>{});
+  return run(std::integral_constant<int, 4>{});
 }
 
 }  // namespace
@@ -114,8 +364,7 @@ void attention_with_cache(const Tensor& qkv, const Tensor& starts, int n_head, T
   rc::DeviceGuard guard(device_of(qkv, "attention_with_cache"));
   const int64_t B = qkv.size(0), Tn = qkv.size(1), C = qkv.size(2) / 3, H = n_head, D = C / n_head;
   const int64_t cap = k_cache.size(2);
-  if (D > 32 * kMaxPerLane)
-    fail_input("attention_with_cache (CUDA): head dimension {} is above the kernel's {}", D, 32 * kMaxPerLane);
+  if (D > kMaxHead) fail_input("attention_with_cache (CUDA): head dimension {} is above the kernels' {}", D, kMaxHead);
   if (B * Tn == 0) return;
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   dispatch_float(qkv.dtype(), "attention_with_cache", [&](auto tag) {
@@ -124,19 +373,12 @@ void attention_with_cache(const Tensor& qkv, const Tensor& starts, int n_head, T
     append_kernel<T><<<grid_for(B * Tn * C, threads), threads, 0, rc::current_stream()>>>(
         qkv.data<T>(), starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(), B, Tn, C, H, D, cap);
     RETORT_CUDA_CHECK_LAUNCH();
-    const auto launch = [&](auto per_lane) {
-      constexpr int kPerLane = decltype(per_lane)::value;
-      attend_kernel<T, kPerLane><<<static_cast<unsigned>(B * H * Tn), kWarps * 32, 0, rc::current_stream()>>>(
-          qkv.data<T>(), starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(), out.data<T>(), Tn, C, H, D, cap,
-          scale);
-    };
-    // The per-lane register arrays are sized at compile time: the smallest that holds the head.
-    if (D <= 64) {
-      launch(std::integral_constant<int, 2>{});
-    } else if (D <= 128) {
-      launch(std::integral_constant<int, 4>{});
+    if (Tn <= kDecodeMaxQueries || D > kPrefillMaxHead) {
+      launch_decode<T>(qkv.data<T>(), starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(), out.data<T>(), B,
+                       Tn, C, H, D, cap, scale);
     } else {
-      launch(std::integral_constant<int, 8>{});
+      launch_prefill<T>(qkv.data<T>(), starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(), out.data<T>(), B,
+                        Tn, C, H, D, cap, scale);
     }
     RETORT_CUDA_CHECK_LAUNCH();
   });

@@ -1,6 +1,8 @@
 #pragma once
 // The tiny training run the trainer tests share: one fortunes file, a 1-layer 32-wide GPT, 6 steps with
 // validations and checkpoints every 3; the data folder is built once and shared.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -43,8 +45,11 @@ inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& run
   return records;
 }
 
+// Per process: ctest -j runs the tests of one fixture in parallel processes, and a shared folder would let one
+// process delete or overwrite the run another is reading.
 inline std::filesystem::path fresh_dir(const std::string& name) {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("retort_test_" + name);
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("retort_test_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   return dir;
 }

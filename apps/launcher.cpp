@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -41,6 +43,36 @@ pid_t spawn_rank(const std::vector<std::string>& argv, const std::vector<std::pa
   }
   return pid;
 }
+
+// The signal that asked the launcher to stop (0: none). A terminal's Ctrl-C reaches the ranks directly (they share
+// its process group), but a scheduler's or a user's `kill` of the launcher alone would leave the ranks running.
+volatile std::sig_atomic_t stop_signal = 0;
+
+void remember_stop_signal(int signal_number) {
+  stop_signal = signal_number;
+}
+
+// Installs remember_stop_signal for SIGINT, SIGTERM and SIGHUP while the launcher waits, and restores the previous
+// handlers afterwards.
+class StopSignals {
+ public:
+  StopSignals() {
+    stop_signal = 0;
+    struct sigaction action {};
+    action.sa_handler = remember_stop_signal;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
+  }
+  ~StopSignals() {
+    for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr std::array<int, 3> kSignals{SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> previous_{};
+};
 
 }  // namespace
 
@@ -77,6 +109,7 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
   }
 
   LaunchResult result;
+  const StopSignals signals;
   int running = options.nproc;
   std::chrono::steady_clock::time_point kill_deadline{};
   bool terminating = false;
@@ -99,6 +132,14 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
         kill_deadline = std::chrono::steady_clock::now() + options.grace;
       }
       continue;
+    }
+    if (stop_signal != 0 && !terminating) {
+      spdlog::error("retort launch: stopped by signal {}; stopping the ranks", static_cast<int>(stop_signal));
+      result = {128 + static_cast<int>(stop_signal), -1};
+      for (pid_t other : pids)
+        if (other > 0) ::kill(other, SIGTERM);
+      terminating = true;
+      kill_deadline = std::chrono::steady_clock::now() + options.grace;
     }
     if (terminating && std::chrono::steady_clock::now() > kill_deadline) {
       for (pid_t other : pids)

@@ -17,7 +17,8 @@ struct LaunchOptions {
 };
 
 struct LaunchResult {
-  int exit_code = 0;  // 0, or the first failing rank's status (128 + signal for a killed rank)
+  int exit_code = 0;  // 0, or the first failing rank's status (128 + signal for a killed rank, or for a signal
+                      // that stopped the launcher itself: then every rank is stopped and failed_rank stays -1)
   int failed_rank = -1;
 };
 

@@ -1,13 +1,16 @@
 // retort launch: every rank gets its environment (its share of the CPUs as OMP_NUM_THREADS too); a failing
-// rank stops the others quickly.
+// rank stops the others quickly, and so does a signal to the launcher.
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "apps/launcher.h"
@@ -82,6 +85,33 @@ TEST(Launcher, AFailingRankStopsTheOthers) {
   EXPECT_EQ(r.exit_code, 7);
   EXPECT_EQ(r.failed_rank, 1);
   EXPECT_LT(seconds, 10.0) << "the surviving ranks must be stopped, not waited for";
+}
+
+// A `kill` of the launcher alone (a scheduler's, or a user's) must not leave its ranks running: it stops them and
+// reports the signal.
+TEST(Launcher, ASignalToTheLauncherStopsEveryRank) {
+  LaunchOptions options;
+  options.nproc = 2;
+  options.grace = std::chrono::seconds(2);
+  LaunchResult r;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread launcher([&] {
+    r = launch_local({"/bin/sh", "-c", "echo $$ > /tmp/retort_test_launcher_rank$RANK; exec sleep 60"}, options);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the handlers are installed before the ranks start
+  ::kill(::getpid(), SIGTERM);
+  launcher.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM);
+  EXPECT_EQ(r.failed_rank, -1);
+  EXPECT_LT(seconds, 10.0) << "the ranks must be stopped, not waited for";
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in("/tmp/retort_test_launcher_rank" + std::to_string(rank));
+    pid_t pid = 0;
+    in >> pid;
+    ASSERT_GT(pid, 0) << "rank " << rank << " did not start";
+    EXPECT_NE(::kill(pid, 0), 0) << "rank " << rank << " (pid " << pid << ") is still running";
+  }
 }
 
 TEST(Launcher, MissingProgramIsAnError) {

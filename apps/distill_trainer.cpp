@@ -169,15 +169,17 @@ LossFactory online_loss(const ResolvedConfig& config) {
       const Tensor teacher_logits = inference_logits(*teacher, tokens);
       Tensor kd = losses::distribution_loss(logits, teacher_logits, labels, options);
       const double kd_value = kd.item();
-      const double ce = plain_cross_entropy(logits, labels, options.ignore_index);
-      Tensor loss = kd;
-      if (kd_ratio < 1) {
-        losses::CrossEntropyOptions plain;
-        plain.ignore_index = options.ignore_index;
-        loss =
-            ops::add(ops::scale(kd, kd_ratio), ops::scale(losses::cross_entropy(logits, labels, plain), 1 - kd_ratio));
+      if (kd_ratio >= 1) {
+        return MicroBatchLoss{kd,
+                              {{"ce", plain_cross_entropy(logits, labels, options.ignore_index)}, {"kd", kd_value}}};
       }
-      return MicroBatchLoss{loss, {{"ce", ce}, {"kd", kd_value}}};
+      // The labels' cross-entropy is both a term of the loss and the reported metric: computed once.
+      losses::CrossEntropyOptions plain;
+      plain.ignore_index = options.ignore_index;
+      const Tensor ce = losses::cross_entropy(logits, labels, plain);
+      const double ce_value = ce.item();
+      Tensor loss = ops::add(ops::scale(kd, kd_ratio), ops::scale(ce, 1 - kd_ratio));
+      return MicroBatchLoss{loss, {{"ce", ce_value}, {"kd", kd_value}}};
     };
   };
 }

@@ -128,7 +128,9 @@ NamedTensors resharded_weights(const fs::path& dir, const nn::Module& model, int
                                const CheckpointShard& shard) {
   std::vector<SafetensorsFile> saved;
   for (int r = 0; r < saved_tp; ++r) {
-    const CheckpointShard source{r, saved_tp};
+    CheckpointShard source;
+    source.tp_rank = r;
+    source.tp_size = saved_tp;
     RETORT_INPUT_CHECK(fs::exists(dir / source.file("model")), "checkpoint {} has no {}: it is incomplete",
                        dir.string(), source.file("model"));
     saved.push_back(load_safetensors(dir / source.file("model")));

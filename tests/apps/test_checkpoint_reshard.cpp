@@ -70,7 +70,9 @@ TEST(CheckpointReshard, Tp2CheckpointServesDenseAndAtTp4) {
   fs::copy_file(dense_run / "config.yaml", tp2_run / "config.yaml");
   run_ranks(2, [&](std::shared_ptr<Communicator> group) {
     const TrainedModel split = load_trained_model(dense_run, Device::cpu(), group);
-    CheckpointShard shard{group->rank(), 2};
+    CheckpointShard shard;
+    shard.tp_rank = group->rank();
+    shard.tp_size = 2;
     shard.main = group->rank() == 0;
     shard.barrier = [group] { group->barrier(); };
     optim::AdamW unused_optimizer({{"all", split.model->named_parameters(), 0.0}}, {});

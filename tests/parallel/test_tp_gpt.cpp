@@ -60,7 +60,9 @@ TEST_P(TpGpt, LogitsAndLocalGradientsMatchTheDenseModel) {
         }
       }
       // wte, and per block qkv (weight, bias), proj weight, fc (weight, bias), proj weight; plus an untied head.
-      if (tp > 1) EXPECT_EQ(sharded, 1 + 2 * 6 + (tied ? 0 : 1));
+      if (tp > 1) {
+        EXPECT_EQ(sharded, 1 + 2 * 6 + (tied ? 0 : 1));
+      }
     });
   }
 }

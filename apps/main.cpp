@@ -11,11 +11,14 @@
 #include "apps/generate_command.h"
 #include "apps/launch_command.h"
 #include "apps/train_command.h"
+#include "core/util/broken_pipe.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
 
 int main(int argc, char** argv) {
   retort::setup_logging();
+  // A lost peer rank, or a closed reader of our output, is an error to report, never a silent death by SIGPIPE.
+  retort::ignore_broken_pipe_signal();
   CLI::App app{"retort: tensor-parallel training and distillation in C++ and CUDA"};
   app.require_subcommand(1);
   int exit_code = 0;

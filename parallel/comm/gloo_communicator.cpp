@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <tuple>
 
+#include "core/util/broken_pipe.h"
 #include "core/util/error.h"
 
 namespace retort {
@@ -79,6 +80,9 @@ std::shared_ptr<GlooCommunicator> GlooCommunicator::create(std::shared_ptr<gloo:
   RETORT_INPUT_CHECK(rank >= 0 && rank < size, "gloo group '{}': rank {} is outside 0..{}", name, rank, size - 1);
   RETORT_INPUT_CHECK(options.timeout.count() > 0, "gloo group '{}': the timeout must be positive, got {} ms", name,
                      options.timeout.count());
+  // A peer that dies closes its sockets; the next write to one must fail as an error this group names, not end the
+  // process by SIGPIPE.
+  ignore_broken_pipe_signal();
   gloo::transport::tcp::attr attr;
   if (!options.iface.empty()) {
     attr.iface = options.iface;

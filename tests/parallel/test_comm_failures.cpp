@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <thread>
 
@@ -137,6 +138,40 @@ TEST(CommFailures, ASilentRankTurnsIntoATimeoutAndTheGroupStaysBroken) {
   const auto message = failure_of(failures, 0);
   EXPECT_TRUE(contains(message, "0.5 s timeout")) << message;
   EXPECT_TRUE(contains(after_failure, "unusable after an earlier failure")) << after_failure;
+}
+
+TEST(CommFailures, APeerThatClosesDuringALargeCollectiveIsAnErrorNotSigpipe) {
+  // Writing into a socket whose reader is gone raises SIGPIPE, which would end this whole test binary (exit 141)
+  // instead of letting rank 0 report the lost peer. A Gloo group therefore makes its process ignore SIGPIPE.
+  auto store = make_hash_store();
+  GlooOptions options = test_options(std::chrono::seconds(5));
+  options.check_metadata = false;  // straight to the payload writes
+  std::atomic<bool> peer_closed{false};
+  std::string message;
+  std::thread peer([&] {
+    auto comm = GlooCommunicator::create(store, "world", 1, 2, options);
+    comm->barrier();
+    comm.reset();  // closes its sockets with rank 0 about to write 64 MiB to it
+    peer_closed = true;
+  });
+  {
+    auto comm = GlooCommunicator::create(store, "world", 0, 2, options);
+    struct sigaction action {};
+    ::sigaction(SIGPIPE, nullptr, &action);
+    EXPECT_EQ(action.sa_handler, SIG_IGN) << "a process with a Gloo group must ignore SIGPIPE";
+    comm->barrier();
+    while (!peer_closed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    Tensor big = Tensor::full({16 << 20}, 1.0);
+    try {
+      for (int i = 0; i < 3; ++i) comm->all_reduce(big);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+  }
+  peer.join();
+  EXPECT_TRUE(contains(message, "gloo group 'world'")) << message;
+  EXPECT_TRUE(contains(message, "all_reduce")) << message;
+  EXPECT_TRUE(contains(message, "peer rank")) << message;
 }
 
 TEST(CommFailures, ARankThatNeverJoinsIsNamed) {

@@ -51,7 +51,7 @@
 #include <optional>
 #include <random>
 
-#include "apps/launcher.h"
+#include "parallel/launch/launcher.h"
 #include "core/autograd/grad_mode.h"
 #include "core/autograd/node.h"
 #include "core/kernels/kernels.h"

@@ -1,6 +1,6 @@
 #include "apps/config_command.h"
 
-#include "apps/launcher.h"
+#include "parallel/launch/launcher.h"
 #include "core/util/error.h"
 
 namespace retort::apps {

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/distill_config.h"
-#include "apps/distributed_run.h"
+#include "parallel/launch/distributed_run.h"
 #include "apps/train_config.h"
 #include "apps/trained_model.h"
 #include "core/autograd/grad_mode.h"

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/completion_text.h"
-#include "apps/distributed_run.h"
-#include "apps/launcher.h"
+#include "parallel/launch/distributed_run.h"
+#include "parallel/launch/launcher.h"
 #include "apps/trained_model.h"
 #include "core/tensor/dtype.h"
 #include "core/util/error.h"

@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "apps/launcher.h"
+#include "parallel/launch/launcher.h"
 
 namespace retort::apps {
 

@@ -1,8 +1,8 @@
 #include "apps/train_config.h"
 
 #include "core/data/corpus.h"
-#include "optim/adamw.h"
-#include "optim/rekls_routing.h"
+#include "optim/optimizer_factory.h"
+#include "optim/rekls/rekls_routing.h"
 
 namespace retort::apps {
 
@@ -119,21 +119,19 @@ optim::LrSchedule lr_schedule_from(const ResolvedConfig& c) {
   return s;
 }
 
+optim::OptimizerSpec optimizer_spec_from(const ResolvedConfig& c) {
+  optim::OptimizerSpec spec;
+  spec.name = c.get_string("optim.name");
+  spec.adamw = {c.get_double("optim.beta1"), c.get_double("optim.beta2"), c.get_double("optim.eps")};
+  spec.weight_decay = c.get_double("optim.weight_decay");
+  spec.shampoo_beta = c.get_double("optim.shampoo_beta");
+  spec.rekls_adamw_name_patterns = optim::split_name_patterns(c.get_string("optim.rekls_adamw_params"));
+  return spec;
+}
+
 std::unique_ptr<optim::Optimizer> optimizer_from(const ResolvedConfig& c, const nn::NamedTensors& params,
                                                  std::shared_ptr<Communicator> tp_group) {
-  const optim::AdamWOptions adam{c.get_double("optim.beta1"), c.get_double("optim.beta2"), c.get_double("optim.eps")};
-  const double weight_decay = c.get_double("optim.weight_decay");
-  if (c.get_string("optim.name") == "adamw")
-    return std::make_unique<optim::AdamW>(optim::decay_groups(params, weight_decay), adam);
-  optim::ReklsOptions rekls;
-  rekls.beta1 = adam.beta1;
-  rekls.beta2 = adam.beta2;
-  rekls.eps = adam.eps;
-  rekls.shampoo_beta = c.get_double("optim.shampoo_beta");
-  rekls.weight_decay = weight_decay;
-  optim::ReklsRouting routing;
-  routing.adamw_name_patterns = optim::split_name_patterns(c.get_string("optim.rekls_adamw_params"));
-  return optim::make_rekls_optimizer(params, rekls, adam, weight_decay, routing, std::move(tp_group));
+  return optim::make_optimizer(optimizer_spec_from(c), params, std::move(tp_group));
 }
 
 }  // namespace retort::apps

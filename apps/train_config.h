@@ -7,7 +7,7 @@
 #include "core/data/dataset.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 
 namespace retort::apps {
 

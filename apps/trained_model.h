@@ -10,7 +10,7 @@
 #include "core/data/tokenizer.h"
 #include "core/tensor/device.h"
 #include "parallel/comm/communicator.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 
 namespace retort::apps {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "apps/checkpoint.h"
-#include "apps/distributed_run.h"
+#include "parallel/launch/distributed_run.h"
 #include "apps/train_config.h"
 #include "core/autograd/grad_mode.h"
 #include "core/data/dataset.h"
@@ -22,7 +22,7 @@
 #include "losses/cross_entropy.h"
 #include "optim/grad_clip.h"
 #include "parallel/data_parallel.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 
 namespace retort::apps {
 

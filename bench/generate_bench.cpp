@@ -13,7 +13,7 @@
 
 #include "core/tensor/device_runtime.h"
 #include "parallel/generate/generator.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 
 using namespace retort;
 

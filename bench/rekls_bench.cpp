@@ -20,7 +20,7 @@
 
 #include "core/tensor/device_runtime.h"
 #include "core/util/error.h"
-#include "optim/tp_rekls.h"
+#include "optim/rekls/tp_rekls.h"
 #include "parallel/comm/rendezvous.h"
 #include "parallel/tp/sharding.h"
 

@@ -11,8 +11,8 @@
 
 #include "core/ops/ops.h"
 #include "core/tensor/device_runtime.h"
-#include "optim/adamw.h"
-#include "parallel/gpt_model.h"
+#include "optim/adamw/adamw.h"
+#include "parallel/models/gpt_model.h"
 
 using namespace retort;
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "parallel/generate/vocab_sampler.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 
 namespace retort::generate {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/util/error.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 #include "parallel/tp/layers.h"
 
 namespace retort::generate {

@@ -10,7 +10,7 @@
 #include "apps/trainer.h"
 #include "core/autograd/grad_mode.h"
 #include "core/tensor/slicing.h"
-#include "optim/adamw.h"
+#include "optim/adamw/adamw.h"
 #include "parallel/comm/thread_ranks.h"
 #include "parallel/tp/sharding.h"
 #include "trainer_test_support.h"

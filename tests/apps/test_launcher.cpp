@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "apps/launcher.h"
+#include "parallel/launch/launcher.h"
 #include "tests/test_support.h"
 
 namespace retort::apps {

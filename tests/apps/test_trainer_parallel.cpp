@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "apps/launcher.h"
+#include "parallel/launch/launcher.h"
 #include "apps/train_config.h"
 #include "apps/trainer.h"
 #include "core/config/config.h"

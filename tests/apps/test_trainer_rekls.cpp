@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "apps/checkpoint.h"
-#include "apps/launcher.h"
+#include "parallel/launch/launcher.h"
 #include "apps/trainer.h"
 #include "core/util/error.h"
 #include "trainer_test_support.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "optim/adamw.h"
+#include "optim/adamw/adamw.h"
 
 namespace retort::optim {
 namespace {

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/util/error.h"
-#include "optim/eigh.h"
+#include "optim/rekls/eigh.h"
 #include "tests/optim/rekls_test_support.h"
 
 namespace retort::optim {

@@ -9,7 +9,7 @@
 
 #include "core/autograd/grad_mode.h"
 #include "core/ops/ops.h"
-#include "optim/adamw.h"
+#include "optim/adamw/adamw.h"
 #include "optim/grad_clip.h"
 #include "tests/parallel/torch_twin_harness.h"
 

@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "core/tensor/device.h"
-#include "optim/eigh.h"
-#include "optim/rekls.h"
-#include "optim/tp_rekls.h"
+#include "optim/rekls/eigh.h"
+#include "optim/rekls/rekls.h"
+#include "optim/rekls/tp_rekls.h"
 #include "parallel/comm/thread_ranks.h"
 #include "parallel/tp/sharding.h"
 #include "tests/optim/rekls_test_support.h"

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "core/util/error.h"
-#include "optim/rekls.h"
+#include "optim/rekls/rekls.h"
 #include "tests/optim/rekls_test_support.h"
 
 namespace retort::optim {

@@ -4,8 +4,8 @@
 
 #include "core/util/error.h"
 #include "optim/composite_optimizer.h"
-#include "optim/rekls.h"
-#include "optim/rekls_routing.h"
+#include "optim/rekls/rekls.h"
+#include "optim/rekls/rekls_routing.h"
 #include "tests/optim/rekls_test_support.h"
 
 namespace retort::optim {

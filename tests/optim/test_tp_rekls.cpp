@@ -7,8 +7,8 @@
 #include <atomic>
 
 #include "core/util/error.h"
-#include "optim/rekls.h"
-#include "optim/tp_rekls.h"
+#include "optim/rekls/rekls.h"
+#include "optim/rekls/tp_rekls.h"
 #include "parallel/comm/thread_ranks.h"
 #include "parallel/tp/sharding.h"
 #include "tests/optim/rekls_test_support.h"

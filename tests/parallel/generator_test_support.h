@@ -9,7 +9,7 @@
 
 #include "core/autograd/grad_mode.h"
 #include "parallel/generate/generator.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 #include "parallel/tp/sharding.h"
 
 namespace retort::generate_testing {

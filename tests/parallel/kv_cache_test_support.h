@@ -13,7 +13,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/tensor/slicing.h"
 #include "parallel/generate/kv_cache.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 #include "parallel/tp/layers.h"
 
 namespace retort::kv_cache_testing {

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/ops/ops.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 
 namespace retort {
 namespace {

@@ -11,7 +11,7 @@
 #include "kv_cache_test_support.h"
 #include "parallel/comm/thread_ranks.h"
 #include "parallel/generate/kv_cache.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 #include "tests/test_support.h"
 #include "tp_test_support.h"
 

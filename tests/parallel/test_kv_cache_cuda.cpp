@@ -10,7 +10,7 @@
 #include "core/tensor/device.h"
 #include "kv_cache_test_support.h"
 #include "parallel/generate/kv_cache.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 #include "test_comm_support.h"
 
 #ifdef RETORT_WITH_CUDA

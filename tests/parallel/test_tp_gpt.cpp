@@ -7,7 +7,7 @@
 #include <map>
 
 #include "core/ops/ops.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 #include "parallel/tp/sharding.h"
 #include "test_comm_support.h"
 #include "tp_gpt_support.h"

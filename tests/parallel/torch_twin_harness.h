@@ -23,7 +23,7 @@
 
 #include "core/io/safetensors.h"
 #include "core/tensor/tensor.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 
 namespace retort::twin {
 

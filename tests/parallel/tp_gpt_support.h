@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/ops/ops.h"
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 #include "tp_test_support.h"
 
 namespace retort::tp_gpt_testing {

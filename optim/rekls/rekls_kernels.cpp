@@ -1,4 +1,4 @@
-#include "optim/rekls_kernels.h"
+#include "optim/rekls/rekls_kernels.h"
 
 #include <algorithm>
 #include <cmath>

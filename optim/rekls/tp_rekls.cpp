@@ -1,4 +1,4 @@
-#include "optim/tp_rekls.h"
+#include "optim/rekls/tp_rekls.h"
 
 #include <algorithm>
 #include <map>
@@ -6,8 +6,8 @@
 
 #include "core/autograd/grad_mode.h"
 #include "core/util/error.h"
-#include "optim/eigh.h"
-#include "optim/rekls.h"
+#include "optim/rekls/eigh.h"
+#include "optim/rekls/rekls.h"
 #include "parallel/tp/sharding.h"
 
 namespace retort::optim {

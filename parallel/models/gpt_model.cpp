@@ -1,4 +1,4 @@
-#include "parallel/gpt_model.h"
+#include "parallel/models/gpt_model.h"
 
 #include <algorithm>
 #include <cmath>

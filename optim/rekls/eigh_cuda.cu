@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "core/cuda/cuda_context.h"
-#include "optim/eigh.h"
+#include "optim/rekls/eigh.h"
 
 namespace retort::optim {
 

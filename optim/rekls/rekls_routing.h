@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "optim/adamw.h"
-#include "optim/rekls_math.h"
+#include "optim/adamw/adamw.h"
+#include "optim/rekls/rekls_math.h"
 #include "parallel/comm/communicator.h"
 
 namespace retort::optim {

@@ -1,4 +1,4 @@
-#include "optim/adamw.h"
+#include "optim/adamw/adamw.h"
 
 #include <cmath>
 

@@ -20,7 +20,7 @@
 #include <memory>
 
 #include "optim/optimizer.h"
-#include "optim/rekls_math.h"
+#include "optim/rekls/rekls_math.h"
 #include "parallel/comm/communicator.h"
 
 namespace retort::optim {

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "optim/optimizer.h"
-#include "optim/rekls_math.h"
+#include "optim/rekls/rekls_math.h"
 
 namespace retort::optim {
 

@@ -1,4 +1,4 @@
-#include "optim/rekls_math.h"
+#include "optim/rekls/rekls_math.h"
 
 #include <cmath>
 #include <vector>
@@ -6,7 +6,7 @@
 #include "core/kernels/kernels.h"
 #include "core/tensor/slicing.h"
 #include "core/util/error.h"
-#include "optim/rekls_kernels.h"
+#include "optim/rekls/rekls_kernels.h"
 
 namespace retort::optim {
 

@@ -1,6 +1,6 @@
 // AdamW's elementwise update on the GPU: one pass reading p, g, m, v and writing p, m, v.
 #include "core/cuda/cuda_context.h"
-#include "optim/adamw.h"
+#include "optim/adamw/adamw.h"
 
 namespace retort::optim {
 

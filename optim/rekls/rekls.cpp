@@ -1,8 +1,8 @@
-#include "optim/rekls.h"
+#include "optim/rekls/rekls.h"
 
 #include "core/autograd/grad_mode.h"
 #include "core/util/error.h"
-#include "optim/eigh.h"
+#include "optim/rekls/eigh.h"
 
 namespace retort::optim {
 

@@ -1,8 +1,8 @@
-#include "optim/rekls_routing.h"
+#include "optim/rekls/rekls_routing.h"
 
 #include "optim/composite_optimizer.h"
-#include "optim/rekls.h"
-#include "optim/tp_rekls.h"
+#include "optim/rekls/rekls.h"
+#include "optim/rekls/tp_rekls.h"
 
 namespace retort::optim {
 

@@ -1,4 +1,4 @@
-#include "apps/launcher.h"
+#include "parallel/launch/launcher.h"
 
 #include <sched.h>
 #include <signal.h>
@@ -17,7 +17,7 @@
 
 #include "core/util/error.h"
 
-namespace retort::apps {
+namespace retort {
 
 namespace fs = std::filesystem;
 
@@ -154,4 +154,4 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
   return result;
 }
 
-}  // namespace retort::apps
+}  // namespace retort

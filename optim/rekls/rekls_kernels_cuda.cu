@@ -1,7 +1,7 @@
 // REKLS's elementwise kernels on the GPU (optim/rekls_kernels.h states the math). The same float operations in
 // the same order as the CPU loops, so the two paths differ only by the GEMMs and eigh around them.
 #include "core/cuda/cuda_context.h"
-#include "optim/rekls_kernels.h"
+#include "optim/rekls/rekls_kernels.h"
 
 namespace retort::optim {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace retort::apps {
+namespace retort {
 
 struct LaunchOptions {
   int nproc = 1;
@@ -30,4 +30,4 @@ int default_omp_threads(int nproc);
 // OMP_NUM_THREADS in the environment, each rank gets OMP_NUM_THREADS = default_omp_threads(nproc).
 LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOptions& options);
 
-}  // namespace retort::apps
+}  // namespace retort

@@ -1,4 +1,4 @@
-#include "apps/distributed_run.h"
+#include "parallel/launch/distributed_run.h"
 
 #include <spdlog/spdlog.h>
 
@@ -7,7 +7,7 @@
 #include "parallel/comm/nccl_communicator.h"
 #endif
 
-namespace retort::apps {
+namespace retort {
 
 void DistributedRun::barrier() const {
   if (host_world) host_world->barrier();
@@ -45,4 +45,4 @@ DistributedRun start_distributed_run(Device requested, int tp_size) {
   return run;
 }
 
-}  // namespace retort::apps
+}  // namespace retort

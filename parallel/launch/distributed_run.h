@@ -9,7 +9,7 @@
 #include "parallel/comm/rendezvous.h"
 #include "parallel/process_grid.h"
 
-namespace retort::apps {
+namespace retort {
 
 struct DistributedRun {
   LaunchEnv env;
@@ -25,4 +25,4 @@ struct DistributedRun {
 // parallel.tp. Errors (too few GPUs, a tp that does not divide the world) name the setting to change.
 DistributedRun start_distributed_run(Device requested, int tp_size);
 
-}  // namespace retort::apps
+}  // namespace retort

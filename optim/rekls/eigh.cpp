@@ -1,4 +1,4 @@
-#include "optim/eigh.h"
+#include "optim/rekls/eigh.h"
 
 #include <Eigen/Dense>
 #include <atomic>

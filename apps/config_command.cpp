@@ -1,7 +1,10 @@
 #include "apps/config_command.h"
 
-#include "parallel/launch/launcher.h"
+#include <iostream>
+#include <memory>
+
 #include "core/util/error.h"
+#include "parallel/launch/launcher.h"
 
 namespace retort::apps {
 
@@ -40,6 +43,24 @@ int relaunch_on_ranks(const std::vector<std::string>& words, const ConfigCommand
   LaunchOptions options;
   options.nproc = args.nproc;
   return launch_local(argv, options).exit_code;
+}
+
+CLI::App* add_config_verb(CLI::App& parent, const ConfigVerb& verb, int* exit_code) {
+  auto args = std::make_shared<ConfigCommandArgs>();
+  CLI::App* cmd = parent.add_subcommand(verb.words.back(), verb.help);
+  add_config_command_options(cmd, *args, verb.example_config, verb.distributed);
+  if (verb.resumable) cmd->add_flag("--resume", args->resume, "continue from the run directory's latest checkpoint");
+  cmd->callback([args, verb, exit_code] {
+    if (args->help_config) {
+      std::cout << verb.schema().describe();
+    } else if (args->nproc > 1) {
+      *exit_code = relaunch_on_ranks(verb.words, *args);
+    } else {
+      const ResolvedConfig config = resolve_config_args(*args, verb.schema());
+      verb.run(config, *args);
+    }
+  });
+  return cmd;
 }
 
 }  // namespace retort::apps

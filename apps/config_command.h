@@ -3,6 +3,7 @@
 // (a YAML file, a device, --resume, --help-config, --nproc and key=value overrides), their resolution against a
 // schema, and the relaunch of the same command on N local ranks.
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,20 @@ ResolvedConfig resolve_config_args(const ConfigCommandArgs& args, const ConfigSc
 
 // --device, else run.device; a GPU index this machine does not have is an InputError.
 Device device_from_args(const ConfigCommandArgs& args, const ResolvedConfig& config);
+
+// Adds the subcommand `name` of `parent` (the last of `words`, the command's words after `retort`) with the config
+// options (and --resume when `resumable`). Its callback prints the schema for --help-config, relaunches itself on
+// --nproc N ranks (when `distributed`), or resolves the config and calls `run`.
+struct ConfigVerb {
+  std::vector<std::string> words;  // e.g. {"distill", "train"}
+  std::string help;
+  std::string example_config;
+  std::function<ConfigSchema()> schema;
+  std::function<void(const ResolvedConfig&, const ConfigCommandArgs&)> run;
+  bool distributed = true;
+  bool resumable = false;
+};
+CLI::App* add_config_verb(CLI::App& parent, const ConfigVerb& verb, int* exit_code);
 
 // `retort WORDS... --nproc N ...` is `retort launch --nproc N -- retort WORDS... ...`: the same arguments, less
 // --nproc. Returns the launch's exit status.

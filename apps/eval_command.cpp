@@ -1,15 +1,13 @@
 #include "apps/eval_command.h"
 
+#include <fmt/format.h>
+
 #include <iostream>
 #include <memory>
 
-#include "apps/evaluation.h"
-#include "apps/trained_model.h"
-#include "core/util/error.h"
+#include "distill/train/evaluation.h"
 
 namespace retort::apps {
-
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -19,31 +17,16 @@ struct EvalArgs {
 };
 
 void run(const EvalArgs& args) {
-  const Device device = Device::parse(args.device);
-  const TrainedModel model = load_trained_model(args.run_dir, device);
-  std::optional<TrainedModel> teacher;
-  if (!args.teacher.empty()) {
-    teacher = load_trained_model(args.teacher, device);
-    check_same_tokenizer(*teacher, model.tokenizer_fingerprint, model.vocab_size, "teacher");
-  }
-  const ResolvedConfig config = load_run_config(args.run_dir);
-  // The model's own validation split, or the given text tokenized with its tokenizer.
-  const std::vector<fs::path> shards =
-      args.data.empty()
-          ? run_validation_shards(args.run_dir)
-          : std::vector<fs::path>{tokenize_corpus_for(args.run_dir, args.data, fs::path(args.run_dir) / "eval_data")};
-  EvalOptions options;
-  options.batch_size = config.get_int("train.batch_size");
-  options.seq_len = config.get_int("train.seq_len");
-  options.max_batches = args.batches;
-  const EvalReport r = evaluate_model(model, shards, options, teacher ? &*teacher : nullptr);
+  const distill::RunEvaluation e =
+      distill::evaluate_run({args.run_dir, args.data, args.teacher, Device::parse(args.device), args.batches});
+  const distill::EvalReport& r = e.report;
   std::cout << fmt::format(
       "\n  model            {} (step {})\n  tokens           {}\n  loss             {:.4f} nats/token\n"
       "  perplexity       {:.2f}\n",
-      model.checkpoint.string(), model.step, r.tokens, r.loss, r.perplexity);
-  if (teacher)
+      e.checkpoint.string(), e.step, r.tokens, r.loss, r.perplexity);
+  if (r.kl_to_teacher)
     std::cout << fmt::format("  KL(teacher||it)  {:.4f} nats/token (teacher {})\n  top-1 agreement  {:.1f}%\n",
-                             *r.kl_to_teacher, teacher->checkpoint.string(), 100 * *r.top1_agreement);
+                             *r.kl_to_teacher, e.teacher_checkpoint.string(), 100 * *r.top1_agreement);
 }
 
 }  // namespace

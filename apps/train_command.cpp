@@ -1,32 +1,21 @@
 #include "apps/train_command.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <iostream>
-#include <memory>
 
 #include "apps/config_command.h"
-#include "apps/train_config.h"
-#include "apps/trainer.h"
-#include "core/config/config.h"
-#include "core/tensor/device.h"
-#include "core/util/error.h"
+#include "distill/train/config_builders.h"
+#include "distill/train/training_loop.h"
 
 namespace retort::apps {
 
 namespace {
 
-void run(const ConfigCommandArgs& args) {
-  const ConfigSchema schema = training_schema();
-  if (args.help_config) {
-    std::cout << schema.describe();
-    return;
-  }
-  const ResolvedConfig resolved = resolve_config_args(args, schema);
-  const Device device = device_from_args(args, resolved);
-
-  const TrainResult r = run_training(resolved, device, args.resume);
+void run(const ResolvedConfig& config, const ConfigCommandArgs& args) {
+  const distill::TrainResult r = distill::run_label_training(config, device_from_args(args, config), args.resume);
   if (!r.main_rank) return;
   spdlog::info("done: {} steps in {}; {:.0f} tokens/s", r.steps, r.run_dir.string(), r.tokens_per_second);
   std::cout << fmt::format(
@@ -41,17 +30,15 @@ void run(const ConfigCommandArgs& args) {
 }  // namespace
 
 void add_train_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<ConfigCommandArgs>();
-  CLI::App* cmd = app.add_subcommand("train", "train a GPT from a YAML config (defaults: the toy GPT on fortunes)");
-  add_config_command_options(cmd, *args, "configs/toy-gpt.yaml", /*distributed=*/true);
-  cmd->add_flag("--resume", args->resume, "continue from the run directory's latest checkpoint");
-  cmd->callback([args, exit_code] {
-    if (args->nproc > 1 && !args->help_config) {
-      *exit_code = relaunch_on_ranks({"train"}, *args);
-      return;
-    }
-    run(*args);
-  });
+  add_config_verb(app,
+                  {{"train"},
+                   "train a GPT from a YAML config (defaults: the toy GPT on fortunes)",
+                   "configs/toy-gpt.yaml",
+                   distill::training_schema,
+                   run,
+                   /*distributed=*/true,
+                   /*resumable=*/true},
+                  exit_code);
 }
 
 }  // namespace retort::apps

@@ -40,6 +40,10 @@ std::string joined_key(int rank) {
   return "joined." + std::to_string(rank);
 }
 
+std::string connected_key(int rank) {
+  return "connected." + std::to_string(rank);
+}
+
 }  // namespace
 
 std::shared_ptr<gloo::rendezvous::Store> make_hash_store() {
@@ -117,19 +121,7 @@ void GlooCommunicator::join() {
   }
   // Wait for every peer's key ourselves, before Gloo's own exchange, so a missing rank is named.
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-  std::vector<int> missing;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    try {
-      // After the first miss, only look: the deadline has passed.
-      store.wait({joined_key(peer)},
-                 missing.empty() ? std::max(left, std::chrono::milliseconds(1)) : std::chrono::milliseconds(1));
-    } catch (const std::exception&) {
-      missing.push_back(peer);
-    }
-  }
+  const std::vector<int> missing = peers_missing(store, joined_key, deadline);
   if (!missing.empty()) {
     throw Error(fmt::format(
         "rank{} {} did not join gloo group '{}' (size {}) within {}: rank {} gave up waiting. Look for an error or "
@@ -145,7 +137,38 @@ void GlooCommunicator::join() {
     throw Error(fmt::format("gloo group '{}' (rank {} of {}): connecting to the other ranks failed: {}", name_, rank_,
                             size_, e.what()));
   }
+  // A rank's side of the mesh can be complete while a peer is still finishing its own. Without this second
+  // round, a rank that fails right after joining could close its sockets under a peer still inside
+  // connectFullMesh, and that peer's error would depend on timing; with it, the group exists on every rank before
+  // any rank can leave it, and a lost peer always shows in the first collective.
+  store.set(connected_key(rank_), {'1'});
+  const std::vector<int> unconnected = peers_missing(store, connected_key, deadline);
+  if (!unconnected.empty()) {
+    throw Error(fmt::format(
+        "rank{} {} did not finish connecting gloo group '{}' (size {}) within {}: rank {} gave up waiting. Look for "
+        "an error or crash on {}",
+        unconnected.size() > 1 ? "s" : "", join_ranks(unconnected), name_, size_, seconds_text(options_.timeout), rank_,
+        unconnected.size() > 1 ? "those ranks" : "that rank"));
+  }
   connection_->context = std::move(context);
+}
+
+std::vector<int> GlooCommunicator::peers_missing(gloo::rendezvous::Store& store, std::string (*key_of)(int),
+                                                 std::chrono::steady_clock::time_point deadline) const {
+  std::vector<int> missing;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    try {
+      // After the first miss, only look: the deadline has passed.
+      store.wait({key_of(peer)},
+                 missing.empty() ? std::max(left, std::chrono::milliseconds(1)) : std::chrono::milliseconds(1));
+    } catch (const std::exception&) {
+      missing.push_back(peer);
+    }
+  }
+  return missing;
 }
 
 template <typename Body>

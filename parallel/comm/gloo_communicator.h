@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "parallel/comm/communicator.h"
 
@@ -76,6 +77,10 @@ class GlooCommunicator final : public Communicator {
   GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store, std::shared_ptr<gloo::transport::Device> device,
                    std::string name, int rank, int size, GlooOptions options);
   void join();
+  // The peers whose key_of(peer) did not appear in `store` by `deadline` (after the first miss, each is only looked
+  // at once).
+  std::vector<int> peers_missing(gloo::rendezvous::Store& store, std::string (*key_of)(int),
+                                 std::chrono::steady_clock::time_point deadline) const;
   // Runs one Gloo call under the lock, turning a Gloo failure into a retort::Error that names the group, and
   // marking the group broken.
   template <typename Body>

@@ -10,14 +10,15 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "apps/generate_command.h"
-#include "apps/trained_model.h"
-#include "apps/trainer.h"
 #include "core/tensor/device.h"
 #include "core/util/error.h"
-#include "trainer_test_support.h"
+#include "distill/train/generate_from_run.h"
+#include "distill/train/trained_model.h"
+#include "distill/train/training_loop.h"
+#include "parallel/generate/prompts_file.h"
+#include "tests/distill/train/training_run_support.h"
 
-namespace retort::apps {
+namespace retort::distill {
 namespace {
 
 namespace fs = std::filesystem;
@@ -26,11 +27,11 @@ class GenerateCommand : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     run_dir_ = testing::fresh_dir("generate_run");
-    run_training(testing::resolve(testing::tiny_overrides(run_dir_)), Device::cpu(), false);
+    run_label_training(testing::resolve(testing::tiny_overrides(run_dir_)), Device::cpu(), false);
   }
 
-  static GenerateArgs args_for(const std::string& prompt) {
-    GenerateArgs a;
+  static GenerationRequest args_for(const std::string& prompt) {
+    GenerationRequest a;
     a.run_dir = run_dir_.string();
     a.prompt = prompt;
     a.max_new_tokens = 8;
@@ -67,7 +68,7 @@ std::string input_error_of(const std::function<void()>& call) {
 
 TEST_F(GenerateCommand, JsonLinesHoldEveryFieldAndBatchingChangesNoText) {
   const std::vector<std::string> prompts = {"The computer", "A program is", "Unix"};
-  GenerateArgs a;
+  GenerationRequest a;
   a.run_dir = run_dir_.string();
   a.prompts_file = write_file("three.txt", prompts[0] + "\n\n" + prompts[1] + "\n" + prompts[2] + "\n").string();
   a.max_new_tokens = 6;
@@ -76,7 +77,7 @@ TEST_F(GenerateCommand, JsonLinesHoldEveryFieldAndBatchingChangesNoText) {
   a.batch_size = 3;
   a.output = (fs::temp_directory_path() / "retort_test_generate_out" / "all.jsonl").string();
   std::ostringstream printed;
-  const auto records = run_generate(a, printed);
+  const auto records = generate_from_run(a, printed);
   const auto lines = read_jsonl(a.output);
   ASSERT_EQ(lines.size(), 3u);
   const data::Tokenizer tok = tokenizer();
@@ -100,17 +101,17 @@ TEST_F(GenerateCommand, JsonLinesHoldEveryFieldAndBatchingChangesNoText) {
   a.batch_size = 1;
   a.output.clear();
   std::ostringstream again;
-  const auto one_by_one = run_generate(a, again);
+  const auto one_by_one = generate_from_run(a, again);
   for (size_t i = 0; i < records.size(); ++i) EXPECT_EQ(one_by_one[i].completion, records[i].completion) << i;
   EXPECT_EQ(again.str(), printed.str());
 }
 
 TEST_F(GenerateCommand, AStopStringCutsTheStreamedAndWrittenText) {
-  GenerateArgs a = args_for("The computer");
+  GenerationRequest a = args_for("The computer");
   a.temperature = 0;
   a.max_new_tokens = 10;
   std::ostringstream free_out;
-  const std::string full = run_generate(a, free_out).at(0).completion;
+  const std::string full = generate_from_run(a, free_out).at(0).completion;
   ASSERT_FALSE(full.empty()) << "the greedy completion is empty: nothing to cut";
   EXPECT_EQ(free_out.str(), "The computer" + full + "\n");
   const std::string stop = full.substr(full.size() / 2, 1);
@@ -118,7 +119,7 @@ TEST_F(GenerateCommand, AStopStringCutsTheStreamedAndWrittenText) {
   a.stop = {"zzzz", stop == "\n" ? "\\n" : stop};
   a.output = (fs::temp_directory_path() / "retort_test_generate_stop.jsonl").string();
   std::ostringstream cut_out;
-  const auto cut = run_generate(a, cut_out);
+  const auto cut = generate_from_run(a, cut_out);
   EXPECT_EQ(cut.at(0).completion, want);
   EXPECT_EQ(cut[0].finish_reason, "stop_string");
   EXPECT_EQ(cut_out.str(), "The computer" + want + "\n");
@@ -135,11 +136,11 @@ TEST_F(GenerateCommand, ALongPromptEndsAtTheContext) {
   while (tok.encode(prompt + " computer").size() < 15) prompt += " computer";
   const int64_t length = static_cast<int64_t>(tok.encode(prompt).size());
   ASSERT_LT(length, 16);
-  GenerateArgs a = args_for(prompt);
+  GenerationRequest a = args_for(prompt);
   a.temperature = 0;
   a.max_new_tokens = 30;
   std::ostringstream out;
-  const auto r = run_generate(a, out).at(0);
+  const auto r = generate_from_run(a, out).at(0);
   EXPECT_EQ(r.finish_reason, "context_full");
   EXPECT_EQ(r.new_tokens, 16 - length);
   EXPECT_EQ(r.prompt_tokens, length);
@@ -148,18 +149,20 @@ TEST_F(GenerateCommand, ALongPromptEndsAtTheContext) {
 TEST_F(GenerateCommand, PromptFilesOfJsonLines) {
   const fs::path file =
       write_file("prompts.jsonl", "{\"prompt\": \"two\\nlines\", \"id\": 1}\n\n{\"prompt\": \"x\"}\n");
-  EXPECT_EQ(read_prompts_file(file), (std::vector<std::string>{"two\nlines", "x"}));
+  EXPECT_EQ(generate::read_prompts_file(file), (std::vector<std::string>{"two\nlines", "x"}));
   const fs::path bad = write_file("bad.jsonl", "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"\n");
-  EXPECT_NE(input_error_of([&] { read_prompts_file(bad); }).find("line 2 of the prompts file"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { generate::read_prompts_file(bad); }).find("line 2 of the prompts file"),
+            std::string::npos);
   const fs::path missing = write_file("missing.jsonl", "{\"prompt\": \"a\"}\n{\"text\": \"b\"}\n");
-  EXPECT_NE(input_error_of([&] { read_prompts_file(missing); }).find("line 2 of the prompts file"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { generate::read_prompts_file(missing); }).find("line 2 of the prompts file"),
+            std::string::npos);
   const fs::path blank = write_file("blank.txt", "\n  \n");
-  EXPECT_NE(input_error_of([&] { read_prompts_file(blank); }).find("holds no prompt"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { generate::read_prompts_file(blank); }).find("holds no prompt"), std::string::npos);
 }
 
 TEST_F(GenerateCommand, BadInputIsAClearInputError) {
   std::ostringstream out;
-  auto error_of = [&](const GenerateArgs& a) { return input_error_of([&] { run_generate(a, out); }); };
+  auto error_of = [&](const GenerationRequest& a) { return input_error_of([&] { generate_from_run(a, out); }); };
   auto expect_in = [](const std::string& message, const std::string& fragment) {
     EXPECT_NE(message.find(fragment), std::string::npos) << message << "\nlacks: " << fragment;
   };
@@ -167,26 +170,26 @@ TEST_F(GenerateCommand, BadInputIsAClearInputError) {
   std::string long_prompt;
   for (int i = 0; i < 40; ++i) long_prompt += "computer program ";
   expect_in(error_of(args_for(long_prompt)), "model's context is 16 tokens");
-  GenerateArgs both = args_for("The");
+  GenerationRequest both = args_for("The");
   both.prompts_file = "prompts.txt";
   expect_in(error_of(both), "either --prompt or --prompts, not both");
-  GenerateArgs neither = args_for("The");
+  GenerationRequest neither = args_for("The");
   neither.prompt.reset();
   expect_in(error_of(neither), "give a prompt");
-  GenerateArgs unreadable = args_for("The");
+  GenerationRequest unreadable = args_for("The");
   unreadable.prompt.reset();
   unreadable.prompts_file = "/nonexistent/prompts.txt";
   expect_in(error_of(unreadable), "cannot read the prompts file '/nonexistent/prompts.txt'");
-  GenerateArgs cold = args_for("The");
+  GenerationRequest cold = args_for("The");
   cold.temperature = -1;
   expect_in(error_of(cold), "temperature");
-  GenerateArgs top_p = args_for("The");
+  GenerationRequest top_p = args_for("The");
   top_p.top_p = 1.5;
   expect_in(error_of(top_p), "top_p");
-  GenerateArgs top_k = args_for("The");
+  GenerationRequest top_k = args_for("The");
   top_k.top_k = -2;
   expect_in(error_of(top_k), "top_k");
-  GenerateArgs dtype = args_for("The");
+  GenerationRequest dtype = args_for("The");
   dtype.dtype = "f16";
   expect_in(error_of(dtype), "--dtype must be f32 or bf16");
 }
@@ -215,9 +218,9 @@ TEST_F(GenerateCommand, AMissingOrForeignTokenizerSaysWhichFileAndWhatToDo) {
   const nlohmann::json manifest = nlohmann::json::parse(in);
   std::ostringstream out;
 
-  GenerateArgs a = args_for("The");
+  GenerationRequest a = args_for("The");
   a.run_dir = run_with_data_folder(run_dir_, "generate_no_tokenizer", manifest.dump(), std::nullopt).string();
-  const std::string missing = input_error_of([&] { run_generate(a, out); });
+  const std::string missing = input_error_of([&] { generate_from_run(a, out); });
   EXPECT_NE(missing.find("tokenizer.model does not exist"), std::string::npos) << missing;
   EXPECT_NE(missing.find("prepare its data again"), std::string::npos) << missing;
 
@@ -225,7 +228,7 @@ TEST_F(GenerateCommand, AMissingOrForeignTokenizerSaysWhichFileAndWhatToDo) {
   other["tokenizer_fingerprint"] = "0123456789abcdef";
   a.run_dir =
       run_with_data_folder(run_dir_, "generate_foreign_tokenizer", other.dump(), data / "tokenizer.model").string();
-  const std::string foreign = input_error_of([&] { run_generate(a, out); });
+  const std::string foreign = input_error_of([&] { generate_from_run(a, out); });
   EXPECT_NE(foreign.find("does not match the run"), std::string::npos) << foreign;
   EXPECT_NE(foreign.find("0123456789abcdef"), std::string::npos) << foreign;
 }
@@ -286,4 +289,4 @@ TEST_F(GenerateCommand, TwoTensorParallelProcessesWriteTheSameGreedyText) {
 }
 
 }  // namespace
-}  // namespace retort::apps
+}  // namespace retort::distill

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "parallel/data_parallel.h"
-#include "test_comm_support.h"
+#include "tests/parallel/comm/test_comm_support.h"
 
 namespace retort {
 namespace {

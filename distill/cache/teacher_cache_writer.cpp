@@ -1,0 +1,68 @@
+#include "distill/cache/teacher_cache_writer.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/io/atomic_file.h"
+#include "core/util/error.h"
+#include "distill/cache/cache_targets.h"
+#include "distill/distill_config.h"
+#include "distill/train/config_builders.h"
+#include "distill/train/trained_model.h"
+#include "parallel/launch/distributed_run.h"
+
+namespace retort::distill {
+
+namespace fs = std::filesystem;
+
+distill::TeacherTopKReport write_teacher_cache(const ResolvedConfig& config, Device requested_device) {
+  const DistributedRun dist = start_distributed_run(requested_device, static_cast<int>(config.get_int("parallel.tp")));
+  RETORT_INPUT_CHECK(dist.grid.dp_size == 1,
+                     "retort distill topk runs one tensor-parallel group: launch exactly parallel.tp ranks (got {} "
+                     "ranks for parallel.tp = {})",
+                     dist.env.world_size, dist.grid.tp_size);
+  const bool main = dist.is_main();
+  if (!main) dist.barrier();
+  const data::PreparedDataset dataset = data::prepare_token_dataset(dataset_options_from(config));
+  if (main) dist.barrier();
+
+  const TrainedModel teacher = load_trained_model(teacher_run_dir(config), dist.device, dist.grid.tp);
+  check_same_tokenizer(teacher, dataset.tokenizer_fingerprint, dataset.vocab_size, "teacher");
+  const int64_t seq_len = config.get_int("train.seq_len");
+  RETORT_INPUT_CHECK(seq_len <= teacher.model->config().block_size,
+                     "train.seq_len = {} is longer than the teacher's context ({}): lower train.seq_len", seq_len,
+                     teacher.model->config().block_size);
+
+  const fs::path directory = cache_dir(config);
+  const double temperature = config.get_double("distill.temperature");
+  if (main) {
+    fs::create_directories(directory);
+    if (fs::exists(directory / kCacheInfoFile)) {
+      const double cached = read_cache_info(directory).value("temperature", 1.0);
+      RETORT_INPUT_CHECK(cached == temperature,
+                         "the folder '{}' holds a cache at temperature {}, not {}: use another distill.cache_dir or "
+                         "delete it",
+                         directory.string(), cached, temperature);
+    }
+    const nlohmann::json info{{"temperature", temperature},
+                              {"teacher", teacher.run_dir.string()},
+                              {"checkpoint", teacher.checkpoint.string()},
+                              {"seq_len", seq_len}};
+    write_text_atomic(directory / kCacheInfoFile, info.dump(2));
+  }
+
+  distill::TeacherTopKOptions options;
+  options.k = static_cast<int>(config.get_int("distill.k"));
+  options.dtype = distill::cache_value_type_from_name(config.get_string("distill.cache_dtype"));
+  options.batch_size = config.get_int("distill.topk_batch_size");
+  options.seq_len = seq_len;
+  options.output_dir = directory;
+  options.temperature = temperature;
+  options.tokenizer_id = dataset.tokenizer_fingerprint;
+  options.vocab = dataset.vocab_size;
+  options.device = dist.device;
+  options.group = dist.grid.tp;
+  const auto forward = [&teacher](const Tensor& tokens) { return inference_logits(teacher, tokens); };
+  return distill::generate_teacher_topk(forward, {dataset.train_shards, dataset.vocab_size}, options);
+}
+
+}  // namespace retort::distill

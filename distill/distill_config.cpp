@@ -1,0 +1,75 @@
+#include "distill/distill_config.h"
+
+#include "distill/train/config_builders.h"
+
+namespace retort::distill {
+
+ConfigSchema distill_schema() {
+  ConfigSchema s = training_schema();
+  s.add_string("distill.mode", "cache",
+               "cache: the student learns from the teacher's cached top-k log-probabilities; online: the teacher "
+               "runs in every step and the student matches its full distribution (the reference for what the cache "
+               "loses)")
+      .choices({"cache", "online"});
+  s.add_string("distill.teacher", "runs/distill-toy/teacher",
+               "the teacher's run directory (a `retort train` run: config.yaml and checkpoints)");
+  s.add_string("distill.cache_dir", "runs/distill-toy/teacher_topk", "folder of the top-k cache");
+  s.add_int("distill.k", 64, "teacher log-probabilities kept per token").range(1, 1 << 16);
+  s.add_string("distill.cache_dtype", "bf16", "precision of the cached log-probabilities").choices({"bf16", "f32"});
+  s.add_int("distill.topk_batch_size", 16, "windows per teacher call when the cache is written").range(1, 1 << 20);
+  s.add_string("distill.loss", "forward_kl_rest",
+               "forward_kl_rest: (k+1)-category forward KL with a rest bucket (exact); forward_kl_renormalized: "
+               "forward KL over the top-k renormalised; reverse_kl; mixed (distill.forward_weight x forward + the "
+               "rest reverse). The online mode always uses the full-vocabulary forward KL")
+      .choices({"forward_kl_rest", "forward_kl_renormalized", "reverse_kl", "mixed"});
+  s.add_float("distill.forward_weight", 0.5, "mixed: weight of the forward KL").range(0, 1);
+  s.add_float("distill.kd_ratio", 1.0, "loss = kd_ratio x KD + (1 - kd_ratio) x cross-entropy on the data").range(0, 1);
+  s.add_float("distill.temperature", 1.0,
+              "softmax temperature of teacher and student (KD scaled by T^2); the cache is written at it")
+      .greater_than(0);
+
+  s.add_int("teacher.n_layer", 4, "`distill run`: the teacher's transformer blocks").range(1, 1024);
+  s.add_int("teacher.n_head", 4, "`distill run`: the teacher's attention heads").range(1, 1024);
+  s.add_int("teacher.n_embd", 256, "`distill run`: the teacher's residual width").range(1, 1 << 16);
+  s.add_int("teacher.steps", 1000, "`distill run`: the teacher's optimizer steps").range(1, int64_t{1} << 40);
+  s.add_float("teacher.lr", 3e-3, "`distill run`: the teacher's peak learning rate").greater_than(0);
+  s.add_float("teacher.min_lr", 3e-4, "`distill run`: the teacher's final learning rate").min(0);
+  s.add_check([](const ResolvedConfig& c) -> std::string {
+    if (c.get_int("teacher.n_embd") % c.get_int("teacher.n_head") != 0)
+      return "teacher.n_embd must be a multiple of teacher.n_head";
+    if (c.get_double("teacher.min_lr") > c.get_double("teacher.lr")) return "teacher.min_lr must not exceed teacher.lr";
+    return {};
+  });
+  return s;
+}
+
+DistillMode distill_mode_from(const ResolvedConfig& c) {
+  return c.get_string("distill.mode") == "online" ? DistillMode::kOnline : DistillMode::kCache;
+}
+
+losses::TopkDistillationOptions topk_loss_options_from(const ResolvedConfig& c) {
+  losses::TopkDistillationOptions o;
+  const std::string loss = c.get_string("distill.loss");
+  o.divergence = loss == "forward_kl_renormalized" ? losses::TopkDivergence::ForwardKLRenormalized
+                 : loss == "reverse_kl"            ? losses::TopkDivergence::ReverseKL
+                 : loss == "mixed"                 ? losses::TopkDivergence::Mixed
+                                                   : losses::TopkDivergence::ForwardKLRest;
+  o.forward_weight = c.get_double("distill.forward_weight");
+  o.temperature = c.get_double("distill.temperature");
+  // The cache is always written at distill.temperature (and the cache's teacher.json records it), so its values
+  // are the teacher at this temperature.
+  o.targets_at_temperature = o.temperature != 1.0;
+  o.kd_ratio = c.get_double("distill.kd_ratio");
+  o.ignore_index = static_cast<int>(c.get_int("loss.ignore_index"));
+  return o;
+}
+
+std::filesystem::path teacher_run_dir(const ResolvedConfig& c) {
+  return c.get_string("distill.teacher");
+}
+
+std::filesystem::path cache_dir(const ResolvedConfig& c) {
+  return c.get_string("distill.cache_dir");
+}
+
+}  // namespace retort::distill

@@ -1,0 +1,18 @@
+#include "distill/distill_training.h"
+
+#include "distill/distill_config.h"
+#include "distill/objectives/cache_objective.h"
+#include "distill/objectives/online_objective.h"
+
+namespace retort::distill {
+
+TrainResult run_distill_training(const ResolvedConfig& config, Device device, bool resume) {
+  if (distill_mode_from(config) == DistillMode::kOnline) {
+    OnlineDistillationObjective online;
+    return run_training(config, device, resume, online);
+  }
+  CacheDistillationObjective cache;
+  return run_training(config, device, resume, cache);
+}
+
+}  // namespace retort::distill

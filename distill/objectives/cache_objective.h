@@ -1,0 +1,27 @@
+#pragma once
+// A student learning from the teacher's top-k cache (distill.mode = cache): per position, the teacher's k most
+// likely tokens and their log-probabilities (distill/cache/), turned into the batch's targets and given to the
+// top-k distillation loss (losses/topk_distillation.h): kd_ratio x KD + (1 - kd_ratio) x the labels' CE.
+#include <memory>
+#include <optional>
+
+#include "distill/cache/topk_cache.h"
+#include "distill/train/objective.h"
+#include "losses/topk_distillation.h"
+
+namespace retort::distill {
+
+class CacheDistillationObjective final : public TrainingObjective {
+ public:
+  std::string progress_label() const override { return "distill"; }
+  // Opens distill.cache_dir and checks it against the run's tokenizer, data, k and temperature.
+  void prepare(const RunContext& run) override;
+  ObjectiveLoss micro_batch_loss(const Tensor& logits, const data::TokenBatch& batch) override;
+
+ private:
+  std::optional<TopKCacheReader> cache_;
+  losses::TopkDistillationOptions options_;
+  Device device_;
+};
+
+}  // namespace retort::distill

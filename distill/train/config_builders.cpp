@@ -1,0 +1,134 @@
+#include "distill/train/config_builders.h"
+
+#include "core/config/config_binding.h"
+#include "core/data/corpus.h"
+#include "optim/optimizer_factory.h"
+#include "optim/rekls/rekls_routing.h"
+
+namespace retort::distill {
+
+ConfigSchema training_schema() {
+  ConfigSchema s;
+  s.add_string("run.dir", "runs/toy-gpt", "run directory: config, metrics.jsonl, checkpoints");
+  s.add_int("run.seed", 1337, "seed of the initial weights and the data order").min(0);
+  s.add_string("run.device", "cpu", "cpu, cuda or cuda:N (the --device flag overrides it)");
+
+  s.add_string("data.corpus", data::kDefaultCorpus, "text corpus: a file, a folder or a glob");
+  s.add_string("data.dir", "data/fortunes", "where the tokenizer and the token shards are cached");
+  s.add_int("data.vocab_size", 8192, "SentencePiece BPE vocabulary size (also the model's)").range(256, 1 << 20);
+  s.add_float("data.val_fraction", 0.05, "share of documents held out for validation").greater_than(0).less_than(1);
+
+  s.add_int("model.block_size", 128, "context length the position embedding covers").range(1, 1 << 20);
+  s.add_int("model.n_layer", 4, "transformer blocks").range(1, 1024);
+  s.add_int("model.n_head", 4, "attention heads").range(1, 1024);
+  s.add_int("model.n_embd", 256, "residual width (a multiple of n_head)").range(1, 1 << 16);
+  s.add_int("model.mlp_ratio", 4, "MLP hidden width / n_embd").range(1, 64);
+  s.add_bool("model.bias", true, "biases in linear layers and LayerNorm");
+  s.add_bool("model.tie_weights", true, "LM head shares the token embedding");
+  s.add_string("model.norm", "layernorm", "normalisation").choices({"layernorm", "rmsnorm"});
+  s.add_float("model.init_std", 0.02, "standard deviation of the initial weights").greater_than(0);
+  s.add_string("model.dtype", "f32", "compute dtype (parameters and optimizer state stay f32)")
+      .choices({"f32", "bf16"});
+
+  s.add_int("train.batch_size", 16, "sequences per micro-batch").range(1, 1 << 20);
+  s.add_int("train.seq_len", 128, "tokens per sequence (at most model.block_size)").range(1, 1 << 20);
+  s.add_int("train.grad_accum", 1, "micro-batches per optimizer step").range(1, 1 << 16);
+  s.add_int("train.steps", 1000, "optimizer steps").range(1, int64_t{1} << 40);
+  s.add_int("train.log_every", 10, "steps between metric lines (plain-log mode)").min(1);
+  s.add_int("train.eval_every", 100, "steps between validations (0: only at the end)").min(0);
+  s.add_int("train.eval_batches", 20, "validation batches per evaluation").min(1);
+  s.add_int("train.checkpoint_every", 200, "steps between checkpoints (0: only at the end)").min(0);
+  s.add_int("train.keep_checkpoints", 2, "most recent checkpoints kept").min(1);
+  s.add_int("train.inject_nan_at_step", -1, "fault injection for tests: make this step's loss NaN (-1: off)");
+
+  s.add_string("optim.name", "adamw",
+               "optimizer: adamw, or rekls (REKLS on the matrices, TP-REKLS when parallel.tp > 1, AdamW on the "
+               "parameters optim.rekls_adamw_params names and on vectors)")
+      .choices({"adamw", "rekls"});
+  s.add_float("optim.lr", 1e-3, "peak learning rate").greater_than(0);
+  s.add_float("optim.min_lr", 1e-4, "learning rate at the end of the decay").min(0);
+  s.add_string("optim.schedule", "cosine", "decay after warmup").choices({"constant", "cosine", "linear"});
+  s.add_int("optim.warmup_steps", 50, "linear warmup steps").min(0);
+  s.add_float("optim.weight_decay", 0.1, "decoupled weight decay of matrices").min(0);
+  s.add_float("optim.beta1", 0.9, "first-moment decay (AdamW and REKLS)").range(0, 0.999999);
+  s.add_float("optim.beta2", 0.95, "second-moment decay (AdamW and REKLS)").range(0, 0.999999);
+  s.add_float("optim.eps", 1e-8, "epsilon of the moments (and REKLS's eigenvalue floor)").greater_than(0);
+  s.add_float("optim.shampoo_beta", 0.95, "REKLS Kronecker-factor decay").range(0, 0.999999);
+  s.add_string("optim.rekls_adamw_params", "wte,wpe,lm_head,embed",
+               "with optim.name=rekls: comma-separated parts of parameter names that go to AdamW instead (every "
+               "tensor that is not 2-D does too)");
+  s.add_float("optim.grad_clip", 1.0, "global gradient norm limit (0: off)").min(0);
+
+  s.add_int("parallel.tp", 1,
+            "tensor-parallel ranks per model replica (the launch's ranks / tp replicas "
+            "train data-parallel)")
+      .range(1, 4096);
+
+  s.add_string("loss.name", "cross_entropy", "training loss").choices({"cross_entropy"});
+  s.add_int("loss.ignore_index", -100, "target id that contributes no loss");
+  s.add_float("loss.label_smoothing", 0.0, "label smoothing alpha over the global vocabulary").min(0).less_than(1);
+  s.add_string("loss.smoothing_convention", "megatron",
+               "megatron: 1 - alpha on the label, alpha / (V - 1) elsewhere; pytorch: as torch's cross_entropy")
+      .choices({"megatron", "pytorch"});
+  s.add_float("loss.z_loss", 0.0, "weight of the z-loss (lse^2) that keeps logits from drifting").min(0);
+
+  s.add_check([](const ResolvedConfig& c) -> std::string {
+    if (c.get_int("model.n_embd") % c.get_int("model.n_head") != 0)
+      return "model.n_embd must be a multiple of model.n_head";
+    if (c.get_int("train.seq_len") > c.get_int("model.block_size"))
+      return "train.seq_len must not exceed model.block_size";
+    if (c.get_double("optim.min_lr") > c.get_double("optim.lr")) return "optim.min_lr must not exceed optim.lr";
+    return {};
+  });
+  return s;
+}
+
+data::DatasetOptions dataset_options_from(const ResolvedConfig& c) {
+  static const ConfigBinding<data::DatasetOptions> binding{{"data.corpus", &data::DatasetOptions::corpus},
+                                                           {"data.dir", &data::DatasetOptions::data_dir},
+                                                           {"data.vocab_size", &data::DatasetOptions::vocab_size},
+                                                           {"data.val_fraction", &data::DatasetOptions::val_fraction},
+                                                           {"run.seed", &data::DatasetOptions::seed}};
+  return binding.read(c);
+}
+
+GptConfig gpt_config_from(const ResolvedConfig& c, int64_t vocab_size) {
+  static const ConfigBinding<GptConfig> binding{
+      {"model.block_size", &GptConfig::block_size},   {"model.n_layer", &GptConfig::n_layer},
+      {"model.n_head", &GptConfig::n_head},           {"model.n_embd", &GptConfig::n_embd},
+      {"model.mlp_ratio", &GptConfig::mlp_ratio},     {"model.bias", &GptConfig::bias},
+      {"model.tie_weights", &GptConfig::tie_weights}, {"model.norm", &GptConfig::norm},
+      {"model.init_std", &GptConfig::init_std}};
+  GptConfig g = binding.read(c);
+  g.vocab_size = vocab_size;
+  g.validate();
+  return g;
+}
+
+optim::LrSchedule lr_schedule_from(const ResolvedConfig& c) {
+  static const ConfigBinding<optim::LrSchedule> binding{{"optim.schedule", &optim::LrSchedule::kind},
+                                                        {"optim.lr", &optim::LrSchedule::peak_lr},
+                                                        {"optim.min_lr", &optim::LrSchedule::min_lr},
+                                                        {"optim.warmup_steps", &optim::LrSchedule::warmup_steps},
+                                                        {"train.steps", &optim::LrSchedule::total_steps}};
+  const optim::LrSchedule s = binding.read(c);
+  s.validate();
+  return s;
+}
+
+optim::OptimizerSpec optimizer_spec_from(const ResolvedConfig& c) {
+  optim::OptimizerSpec spec;
+  spec.name = c.get_string("optim.name");
+  spec.adamw = {c.get_double("optim.beta1"), c.get_double("optim.beta2"), c.get_double("optim.eps")};
+  spec.weight_decay = c.get_double("optim.weight_decay");
+  spec.shampoo_beta = c.get_double("optim.shampoo_beta");
+  spec.rekls_adamw_name_patterns = optim::split_name_patterns(c.get_string("optim.rekls_adamw_params"));
+  return spec;
+}
+
+std::unique_ptr<optim::Optimizer> optimizer_from(const ResolvedConfig& c, const nn::NamedTensors& params,
+                                                 std::shared_ptr<Communicator> tp_group) {
+  return optim::make_optimizer(optimizer_spec_from(c), params, std::move(tp_group));
+}
+
+}  // namespace retort::distill

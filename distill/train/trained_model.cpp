@@ -1,0 +1,100 @@
+#include "distill/train/trained_model.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/autograd/grad_mode.h"
+#include "core/config/config.h"
+#include "core/util/error.h"
+#include "distill/distill_config.h"
+#include "distill/train/checkpoint.h"
+#include "distill/train/config_builders.h"
+
+namespace retort::distill {
+
+namespace fs = std::filesystem;
+
+ResolvedConfig load_run_config(const fs::path& run_dir) {
+  const fs::path file = run_dir / "config.yaml";
+  RETORT_INPUT_CHECK(fs::exists(file),
+                     "'{}' is not a retort run directory (it has no config.yaml): give the run directory of a "
+                     "`retort train` or `retort distill run` model",
+                     run_dir.string());
+  return Config::load(file).resolve(distill_schema());
+}
+
+namespace {
+
+std::string tokenizer_fingerprint_of(const fs::path& data_dir) {
+  const fs::path manifest = data_dir / "manifest.json";
+  RETORT_INPUT_CHECK(fs::exists(manifest),
+                     "the data folder '{}' of the model has no manifest.json: prepare its data again (retort train "
+                     "does) or point data.dir at it",
+                     data_dir.string());
+  std::ifstream in(manifest);
+  try {
+    return nlohmann::json::parse(in).value("tokenizer_fingerprint", std::string());
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{} is not valid JSON ({}): prepare the data again", manifest.string(), e.what()));
+  }
+}
+
+}  // namespace
+
+TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::shared_ptr<Communicator> tp_group) {
+  const ResolvedConfig config = load_run_config(run_dir);
+  const auto checkpoint = latest_checkpoint(run_dir);
+  RETORT_INPUT_CHECK(checkpoint.has_value(), "the run '{}' has no checkpoint: train it first (it must finish a step)",
+                     run_dir.string());
+  TrainedModel trained;
+  trained.run_dir = run_dir;
+  trained.checkpoint = *checkpoint;
+  trained.vocab_size = config.get_int("data.vocab_size");
+  trained.tokenizer_fingerprint = tokenizer_fingerprint_of(config.get_string("data.dir"));
+  trained.dtype = dtype_from_name(config.get_string("model.dtype"));
+  trained.model = std::make_unique<GptModel>(gpt_config_from(config, trained.vocab_size), tp_group);
+  CheckpointShard shard;
+  if (tp_group) {
+    shard.tp_rank = tp_group->rank();
+    shard.tp_size = tp_group->size();
+  }
+  const nlohmann::json state = load_model_weights(*checkpoint, *trained.model, shard);
+  trained.step = state.value("step", int64_t{0});
+  trained.model->to(device);
+  return trained;
+}
+
+data::Tokenizer load_run_tokenizer(const TrainedModel& model) {
+  const fs::path data_dir = load_run_config(model.run_dir).get_string("data.dir");
+  const fs::path file = data_dir / "tokenizer.model";
+  RETORT_INPUT_CHECK(fs::exists(file),
+                     "the tokenizer of the run '{}' is missing: {} does not exist (run the command from the folder "
+                     "the model was trained in, or prepare its data again with the same data.corpus and "
+                     "data.vocab_size)",
+                     model.run_dir.string(), file.string());
+  data::Tokenizer tokenizer = data::Tokenizer::load(file);
+  RETORT_INPUT_CHECK(
+      tokenizer.fingerprint() == model.tokenizer_fingerprint && tokenizer.vocab_size() == model.vocab_size,
+      "{} (tokenizer {}, vocabulary {}) does not match the run '{}' (its data folder's manifest.json "
+      "names tokenizer {}, the model has a vocabulary of {}): the data folder changed since the model "
+      "was trained; prepare it again from the run's data.corpus and data.vocab_size",
+      file.string(), tokenizer.fingerprint(), tokenizer.vocab_size(), model.run_dir.string(),
+      model.tokenizer_fingerprint, model.vocab_size);
+  return tokenizer;
+}
+
+Tensor inference_logits(const TrainedModel& model, const Tensor& tokens) {
+  NoGradGuard no_grad;
+  return model.model->forward(tokens, model.dtype);
+}
+
+void check_same_tokenizer(const TrainedModel& model, const std::string& tokenizer_fingerprint, int64_t vocab_size,
+                          const std::string& role) {
+  RETORT_INPUT_CHECK(model.vocab_size == vocab_size && model.tokenizer_fingerprint == tokenizer_fingerprint,
+                     "the {} '{}' uses tokenizer {} (vocabulary {}) but this data uses tokenizer {} (vocabulary {}): "
+                     "give a model trained on the same data.dir and data.vocab_size",
+                     role, model.run_dir.string(), model.tokenizer_fingerprint, model.vocab_size, tokenizer_fingerprint,
+                     vocab_size);
+}
+
+}  // namespace retort::distill

@@ -1,0 +1,118 @@
+// generate_tokens on the GPU: greedy decoding with the KV cache equals the argmax of the full forward on the GPU
+// and the CPU's greedy tokens; sampled decoding equals sampling the full forward, and a batch equals one-by-one
+// generation; bf16 compute follows the bf16 full forward wherever its top two logits are not near a tie. Skipped
+// without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "tests/parallel/comm/test_comm_support.h"
+#include "tests/parallel/generate/generator_test_support.h"
+
+#ifdef RETORT_WITH_CUDA
+#include "parallel/comm/nccl_communicator.h"
+#endif
+
+namespace retort {
+namespace {
+
+using generate::generate_tokens;
+using generate::GenerationOptions;
+using namespace generate_testing;
+
+GenerationOptions options_with(double temperature, int64_t max_new) {
+  GenerationOptions o;
+  o.max_new_tokens = max_new;
+  o.sampling.temperature = temperature;
+  o.sampling.top_k = temperature > 0 ? 24 : 0;
+  o.sampling.seed = 4;
+  return o;
+}
+
+TEST(GeneratorCuda, GreedyWithTheCacheEqualsTheFullForwardAndTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  GptModel cpu(tiny_config()), gpu(tiny_config());
+  cpu.initialize(11);
+  gpu.initialize(11);
+  gpu.to(Device::cuda(0));
+  const auto prompts = tiny_prompts();
+  const auto on_gpu = generate_tokens(gpu, prompts, options_with(0.0, 12));
+  const auto on_cpu = generate_tokens(cpu, prompts, options_with(0.0, 12));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(on_gpu[i].tokens, greedy_by_full_forward(gpu, prompts[i], 12)) << "prompt " << i;
+    EXPECT_EQ(on_gpu[i].tokens, on_cpu[i].tokens) << "prompt " << i;
+    EXPECT_EQ(on_gpu[i].finish, on_cpu[i].finish) << "prompt " << i;
+  }
+}
+
+TEST(GeneratorCuda, SampledEqualsTheFullForwardAndABatchEqualsOneByOne) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  GptModel gpu(tiny_config());
+  gpu.initialize(11);
+  gpu.to(Device::cuda(0));
+  const auto prompts = tiny_prompts();
+  const GenerationOptions options = options_with(0.9, 10);
+  const auto batched = generate_tokens(gpu, prompts, options);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(batched[i].tokens, sampled_by_full_forward(gpu, prompts[i], 10, options.sampling, i)) << i;
+    GenerationOptions alone = options;
+    alone.sequence_ids = {i};
+    EXPECT_EQ(generate_tokens(gpu, {prompts[i]}, alone)[0].tokens, batched[i].tokens) << i;
+  }
+}
+
+TEST(GeneratorCuda, Bf16FollowsTheBf16FullForwardAwayFromTies) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  GptModel gpu(tiny_config());
+  gpu.initialize(11);
+  gpu.to(Device::cuda(0));
+  GenerationOptions options = options_with(0.0, 12);
+  options.compute_dtype = DType::BF16;
+  const auto prompts = tiny_prompts();
+  const auto generated = generate_tokens(gpu, prompts, options);
+  int64_t compared = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    // Walk the cached run's tokens; where the bf16 full forward's best logit leads the next by a clear margin
+    // (bf16 keeps 8 bits), the token must be its argmax; stop at the first near-tie (the runs may part there).
+    std::vector<int32_t> sequence = prompts[i];
+    for (int32_t token : generated[i].tokens) {
+      std::vector<double> row = full_forward_last_logits(gpu, sequence, DType::BF16);
+      const int32_t best = argmax(row);
+      std::vector<double> sorted = row;
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+      if (sorted[0] - sorted[1] < 0.1) break;
+      EXPECT_EQ(token, best) << "prompt " << i << ", new token " << sequence.size() - prompts[i].size();
+      ++compared;
+      sequence.push_back(token);
+    }
+  }
+  EXPECT_GE(compared, 20) << "too few tokens away from a tie to compare";
+}
+
+// tp 2 over NCCL, one GPU per rank: each rank holds half the heads and half the vocabulary, the sampler picks the
+// token without gathering the logits, and the tokens equal one GPU's, greedy and sampled. Skipped without two GPUs.
+TEST(GeneratorNccl, TwoGpusGenerateWhatOneGpuGenerates) {
+#ifndef RETORT_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs two GPUs, found " << cuda_device_count();
+  GptModel single(tiny_config());
+  single.initialize(11);
+  single.to(Device::cuda(0));
+  const auto prompts = tiny_prompts();
+  const auto greedy = tokens_of(generate_tokens(single, prompts, options_with(0.0, 12)));
+  const auto sampled = tokens_of(generate_tokens(single, prompts, options_with(0.8, 12)));
+  comm_testing::on_ranks(2, [&](std::shared_ptr<Communicator> gloo) {
+    const int rank = gloo->rank();
+    auto nccl = NcclCommunicator::create(std::dynamic_pointer_cast<GlooCommunicator>(gloo), rank);
+    GptModel model(tiny_config(), nccl);
+    model.initialize(11);
+    model.to(Device::cuda(rank));
+    EXPECT_EQ(tokens_of(generate_tokens(model, prompts, options_with(0.0, 12))), greedy) << "greedy, rank " << rank;
+    EXPECT_EQ(tokens_of(generate_tokens(model, prompts, options_with(0.8, 12))), sampled) << "sampled, rank " << rank;
+  });
+#endif
+}
+
+}  // namespace
+}  // namespace retort

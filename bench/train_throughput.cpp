@@ -11,6 +11,7 @@
 
 #include "core/ops/ops.h"
 #include "core/tensor/device_runtime.h"
+#include "losses/cross_entropy.h"
 #include "optim/adamw/adamw.h"
 #include "parallel/models/gpt_model.h"
 
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < warmup + steps; ++i) {
     if (i == warmup) device_runtime::synchronize(device);
     const auto start = std::chrono::steady_clock::now();
-    Tensor loss = ops::cross_entropy(model.forward(x, dtype), y.to(device));
+    Tensor loss = losses::cross_entropy(model.forward(x, dtype), y.to(device));
     loss.backward();
     optimizer.step(1e-4);
     optimizer.zero_grad();

@@ -300,30 +300,4 @@ Tensor embedding_shard(const Tensor& table, const Tensor& ids, int64_t row_start
   });
 }
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int ignore_index) {
-  const int64_t vocab = logits_in.size(-1);
-  RETORT_CHECK(targets_in.numel() * vocab == logits_in.numel(), "cross_entropy: targets {} do not match logits {}",
-               targets_in.describe(), logits_in.describe());
-  Tensor logits = logits_in.view({-1, vocab});
-  Tensor targets = targets_in.view({-1});
-  Tensor row_loss = row_stat(logits), lse = row_stat(logits);
-  kernels::cross_entropy_forward(logits, targets, ignore_index, row_loss, lse);
-  // The count of valid rows decides the mean; targets live on the host in the training loop, so counting
-  // there costs nothing (the vocab-parallel losses in losses/ keep this on the device).
-  int64_t valid = 0;
-  for (int32_t t : targets.to_ints()) valid += t != ignore_index;
-  Tensor total = scalar_result(logits);
-  kernels::sum(row_loss, total);
-  Tensor loss = Tensor::empty({}, total.dtype(), total.device());
-  kernels::scale(total, valid > 0 ? 1.0f / static_cast<float>(valid) : 0.0f, loss);
-  return autograd::record(loss, "cross_entropy", {logits_in},
-                          [logits, targets, lse, ignore_index, valid, shape = logits_in.shape()](const Tensor& g) {
-                            Tensor gl = empty_like(logits);
-                            const double scale = valid > 0 ? g.item() / static_cast<double>(valid) : 0.0;
-                            kernels::cross_entropy_backward(logits, targets, lse, ignore_index,
-                                                            static_cast<float>(scale), gl);
-                            return std::vector<Tensor>{gl.view(shape)};
-                          });
-}
-
 }  // namespace retort::ops

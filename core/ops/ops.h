@@ -50,8 +50,4 @@ Tensor embedding(const Tensor& table, const Tensor& ids);
 // other shards give zero rows and no gradient (the vocab-parallel embedding sums the shards afterwards).
 Tensor embedding_shard(const Tensor& table, const Tensor& ids, int64_t row_start, int64_t id_limit);
 
-// Mean over non-ignored rows of -log softmax(logits)[target]; logits [N, V] (or [..., V]), targets i32
-// with the leading shape. A batch where every row is ignored gives 0 and zero gradients. f32 result.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index = -100);
-
 }  // namespace retort::ops

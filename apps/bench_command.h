@@ -1,37 +1,9 @@
 #pragma once
-// `retort bench loss ...`: the loss benchmark (forward + backward of retort's fused losses, one GPU or vocab-
-// parallel over N; bench_command.cpp says what it measures). build/bench/bench_loss is the same benchmark as a
-// stand-alone program; bench/run_loss_bench.sh runs it next to bench/loss_bench_torch.py.
+// `retort bench ...`: the benchmarks that have a subcommand. `retort bench loss` runs the loss benchmark of
+// bench/loss/loss_bench.h (also build/bench/bench_loss, with the same options).
 #include <CLI/CLI.hpp>
-#include <cstdint>
-#include <string>
-#include <vector>
 
 namespace retort::apps {
-
-struct LossBenchOptions {
-  std::vector<std::string> losses{"ce", "fkl", "rkl"};
-  std::vector<int64_t> vocabs{32768, 65536, 131072};
-  int64_t tokens = 4096;
-  int tp = 1;                         // > 1: one rank per GPU, vocab-parallel variants
-  std::vector<std::string> variants;  // empty: fused, one_read (tp 1) or fused_tp, manual_tp, gather (tp > 1)
-  std::string device;                 // cpu, cuda, cuda:N; empty: cuda when a GPU is visible, else cpu
-  int iters = 20;
-  int warmup = 5;
-  double logit_std = 2.0;  // logits ~ N(0, std^2), student and teacher drawn independently
-  uint64_t seed = 1234;
-  int64_t copy_mib = 0;     // buffer of the device-to-device copy that sets the bandwidth scale; 0: 1024 GPU, 64 CPU
-  std::string json;         // rank 0 writes one JSON line per (loss, vocab, variant) here
-  bool check_grads = true;  // compare each variant's gradient with the first variant's (tp > 1)
-  std::vector<std::string> simulate_oom;  // variants that throw an out-of-memory error (tests the OOM path)
-};
-
-// Adds the options above to `cmd` (shared by `retort bench loss` and bench_loss).
-void add_loss_bench_options(CLI::App& cmd, LossBenchOptions& options);
-
-// Runs the benchmark. With tp > 1 outside a launcher it starts tp local ranks of `self` (argv[0] and any
-// subcommand words, e.g. {"/proc/self/exe", "bench", "loss"}) and returns their exit status.
-int run_loss_bench(const LossBenchOptions& options, const std::vector<std::string>& self);
 
 // Registers `retort bench loss ...`.
 void add_bench_command(CLI::App& app, int* exit_code);

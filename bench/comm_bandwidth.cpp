@@ -13,28 +13,27 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
-#include "core/tensor/device_runtime.h"
+#include "bench/harness/bench_main.h"
+#include "bench/harness/json_lines.h"
+#include "bench/harness/rank_device.h"
+#include "bench/harness/rank_reduction.h"
+#include "bench/harness/step_timer.h"
 #include "core/util/error.h"
 #include "parallel/comm/rendezvous.h"
 
 #ifdef RETORT_WITH_CUDA
-#include <cuda_runtime.h>
 #include <nccl.h>
-
-#include "core/cuda/cuda_context.h"
-#include "parallel/comm/nccl_communicator.h"
 #endif
 
 using namespace retort;
+using namespace retort::bench;
 
 namespace {
 
@@ -97,69 +96,6 @@ struct Measurement {
   double bus_bw = 0;  // GB/s
 };
 
-// Times back-to-back collectives. Every rank calls mean_seconds() with the same arguments, together.
-class OpTimer {
- public:
-  OpTimer(Communicator& comm, GlooCommunicator& world, Device device) : comm_(comm), world_(world), device_(device) {
-#ifdef RETORT_WITH_CUDA
-    if (device_.is_cuda()) {
-      cuda::DeviceGuard guard(device_);
-      RETORT_CUDA_CHECK(cudaEventCreate(&start_));
-      RETORT_CUDA_CHECK(cudaEventCreate(&stop_));
-    }
-#endif
-  }
-  ~OpTimer() {
-#ifdef RETORT_WITH_CUDA
-    if (start_ != nullptr) cudaEventDestroy(start_);
-    if (stop_ != nullptr) cudaEventDestroy(stop_);
-#endif
-  }
-  OpTimer(const OpTimer&) = delete;
-  OpTimer& operator=(const OpTimer&) = delete;
-
-  // Mean seconds per op over `iters` calls after `warmup` untimed ones, averaged over the ranks.
-  double mean_seconds(const std::function<void()>& op, int warmup, int iters) {
-    for (int i = 0; i < warmup; ++i) op();
-    // Line the ranks up so that no rank's clock starts while it waits for a late peer. The NCCL barrier returns
-    // once this GPU has passed it, so the warm-up is off the GPU too.
-    comm_.barrier();
-    double seconds = 0;
-    if (device_.is_cpu()) {
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) op();
-      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    } else {
-#ifdef RETORT_WITH_CUDA
-      // NCCL runs on the communicator's stream, which waits for the compute stream before each collective; the
-      // compute stream waits for each collective in turn. Events on the compute stream therefore bracket all
-      // of them, host-side launch gaps included.
-      cuda::DeviceGuard guard(device_);
-      cudaStream_t stream = cuda::compute_stream(device_.index);
-      RETORT_CUDA_CHECK(cudaEventRecord(start_, stream));
-      for (int i = 0; i < iters; ++i) op();
-      RETORT_CUDA_CHECK(cudaEventRecord(stop_, stream));
-      RETORT_CUDA_CHECK(cudaEventSynchronize(stop_));
-      float ms = 0;
-      RETORT_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-      seconds = ms / 1000.0;
-#endif
-    }
-    Tensor total = Tensor::full({1}, seconds / iters, DType::F64);
-    world_.all_reduce(total);
-    return total.item() / world_.size();
-  }
-
- private:
-  Communicator& comm_;
-  GlooCommunicator& world_;
-  Device device_;
-#ifdef RETORT_WITH_CUDA
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
-#endif
-};
-
 Measurement finish(std::string collective, int64_t size, int64_t bytes, int64_t count, double seconds, double factor) {
   Measurement m{std::move(collective), size, bytes, count, seconds};
   m.alg_bw = static_cast<double>(bytes) / seconds / 1e9;
@@ -194,32 +130,24 @@ int run(const Options& o) {
   auto world = connect_world(env, gloo_options);
   std::shared_ptr<Communicator> comm = world;
   Device device = Device::cpu();
-  std::string device_name = "cpu", nccl_version;
-#ifdef RETORT_WITH_CUDA
+  std::string nccl_version;
   if (nccl) {
-    RETORT_INPUT_CHECK(env.local_rank < cuda_device_count(),
-                       "rank {} (local rank {}) has no GPU of its own: {} visible, and every rank needs one", env.rank,
-                       env.local_rank, cuda_device_count());
-    RETORT_CUDA_CHECK(cudaSetDevice(env.local_rank));  // this rank's context lives on its own GPU
     device = Device::cuda(env.local_rank);
-    NcclOptions nccl_options;
-    nccl_options.check_metadata = o.check_metadata;
-    comm = NcclCommunicator::create(world, env.local_rank, nccl_options);
-    device_name = cuda::device_properties(env.local_rank).name;
+    use_gpu(device, env.rank);
+    comm = collective_group(world, device, o.check_metadata);
+#ifdef RETORT_WITH_CUDA
     int version = 0;
     ncclGetVersion(&version);
     nccl_version = fmt::format("{}.{}.{}", version / 10000, version / 100 % 100, version % 100);
-  }
 #endif
+  }
+  const std::string device_name = bench::device_name(device);
   const int n = comm->size();
   const int rank = comm->rank();
   const double all_reduce_factor = 2.0 * (n - 1) / n, all_gather_factor = static_cast<double>(n - 1) / n;
 
-  std::optional<std::ofstream> json;
-  if (rank == 0 && !o.json.empty()) {
-    json.emplace(o.json, std::ios::trunc);
-    RETORT_INPUT_CHECK(json->good(), "cannot write --json file '{}'", o.json);
-  }
+  std::optional<JsonLinesWriter> json;
+  if (rank == 0 && !o.json.empty()) json.emplace(o.json, JsonLinesWriter::Mode::Truncate, record_origin(device_name));
   if (rank == 0) {
     fmt::print("# retort {} bandwidth: {} ranks, {}, {} timed iterations after {} warm-up, {}{}\n", o.backend, n,
                o.dtype, o.iters, o.warmup, device_name, nccl_version.empty() ? "" : ", NCCL " + nccl_version);
@@ -230,26 +158,38 @@ int run(const Options& o) {
     std::fflush(stdout);
   }
 
-  OpTimer timer(*comm, *world, device);
+  // Mean seconds per op over --iters back-to-back collectives after --warmup untimed ones, averaged over the
+  // ranks (nccl-tests' default). NCCL runs on the communicator's stream, which waits for the compute stream
+  // before each collective, and the compute stream waits for each collective in turn: events on the compute
+  // stream therefore bracket all of them, host-side launch gaps included.
+  StepTimer timer(device);
+  auto mean_seconds = [&](const std::function<void()>& op) {
+    for (int i = 0; i < o.warmup; ++i) op();
+    // Line the ranks up so that no rank's clock starts while it waits for a late peer. The NCCL barrier returns
+    // once this GPU has passed it, so the warm-up is off the GPU too.
+    comm->barrier();
+    const double ms = timer.ms([&] {
+      for (int i = 0; i < o.iters; ++i) op();
+    });
+    return reduce_over_ranks(world.get(), {ms / 1e3 / o.iters}, ReduceOp::Sum)[0] / n;
+  };
   auto emit = [&](const Measurement& m) {
     if (!json) return;
-    nlohmann::json line{{"framework", "retort"},
-                        {"backend", o.backend},
-                        {"collective", m.collective},
-                        {"dtype", o.dtype},
-                        {"nranks", n},
-                        {"size", m.size},
-                        {"bytes", m.bytes},
-                        {"count", m.count},
-                        {"time_us", m.seconds * 1e6},
-                        {"alg_bw_gbps", m.alg_bw},
-                        {"bus_bw_gbps", m.bus_bw},
-                        {"iters", o.iters},
-                        {"warmup", o.warmup},
-                        {"device", device_name},
-                        {"nccl_version", nccl_version}};
-    *json << line.dump() << '\n';
-    json->flush();
+    json->write({{"framework", "retort"},
+                 {"backend", o.backend},
+                 {"collective", m.collective},
+                 {"dtype", o.dtype},
+                 {"nranks", n},
+                 {"size", m.size},
+                 {"bytes", m.bytes},
+                 {"count", m.count},
+                 {"time_us", m.seconds * 1e6},
+                 {"alg_bw_gbps", m.alg_bw},
+                 {"bus_bw_gbps", m.bus_bw},
+                 {"iters", o.iters},
+                 {"warmup", o.warmup},
+                 {"device", device_name},
+                 {"nccl_version", nccl_version}});
   };
   auto cell = [](const std::optional<Measurement>& m) {
     if (!m) return fmt::format("{:>10} {:>9} {:>9}", "-", "-", "-");
@@ -269,7 +209,7 @@ int run(const Options& o) {
       }
       // Zeros stay zeros however often they are summed, so the timed loop never overflows to inf.
       Tensor buffer = Tensor::zeros({count}, dtype, device);
-      const double seconds = timer.mean_seconds([&] { comm->all_reduce(buffer); }, o.warmup, o.iters);
+      const double seconds = mean_seconds([&] { comm->all_reduce(buffer); });
       reduce = finish("all_reduce", size, count * elem, count, seconds, all_reduce_factor);
     }
     // As nccl-tests: each rank sends size / n bytes (the count rounded down to a multiple of n).
@@ -284,7 +224,7 @@ int run(const Options& o) {
           expect_value(output, (r + 1) * per_rank - 1, r + 1, what);
         }
       }
-      const double seconds = timer.mean_seconds([&] { comm->all_gather(input, 0); }, o.warmup, o.iters);
+      const double seconds = mean_seconds([&] { comm->all_gather(input, 0); });
       gather = finish("all_gather", size, per_rank * n * elem, per_rank * n, seconds, all_gather_factor);
     }
     if (rank == 0) {
@@ -295,8 +235,7 @@ int run(const Options& o) {
     }
     if (size > max_bytes / 2) break;  // no overflow past a huge --max-bytes
   }
-  if (device.is_cuda()) device_runtime::synchronize(device);
-  comm->barrier();
+  leave_together(device, comm.get());
   return 0;
 }
 
@@ -305,8 +244,7 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{
-      "retort all-reduce / all-gather bus bandwidth (nccl-tests definitions), one process per rank:\n"
-      "  retort launch --nproc N --exec -- bench_comm_bandwidth [options]"};
+      per_rank_usage("retort all-reduce / all-gather bus bandwidth (nccl-tests definitions)", "bench_comm_bandwidth")};
   app.add_option("--backend", o.backend, "nccl (CUDA tensors, CUDA builds only) or gloo (CPU tensors)")
       ->capture_default_str();
   app.add_option("--min-bytes", o.min_bytes, "smallest size (4096, 1K, 64M, 1G)")->capture_default_str();
@@ -321,12 +259,5 @@ int main(int argc, char** argv) {
                "exchange shape/dtype signatures before every collective (off: it would add a round trip)");
   CLI11_PARSE(app, argc, argv);
 
-  int rank = 0;
-  try {
-    rank = read_launch_env().rank;
-    return run(o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_comm_bandwidth (rank %d): %s\n", rank, e.what());
-    return 1;
-  }
+  return run_reporting_rank("bench_comm_bandwidth", [&] { return run(o); });
 }

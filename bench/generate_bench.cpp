@@ -6,25 +6,19 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
+#include "bench/harness/json_lines.h"
+#include "bench/harness/rank_device.h"
+#include "bench/harness/sample_stats.h"
 #include "core/tensor/device_runtime.h"
 #include "parallel/generate/generator.h"
 #include "parallel/models/gpt_model.h"
 
 using namespace retort;
-
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   GptConfig config;
@@ -33,12 +27,12 @@ int main(int argc, char** argv) {
   config.n_layer = 12;
   config.n_head = 12;
   config.n_embd = 768;
-  std::string device_name = "cuda", dtype_arg = "bf16", batches_arg = "1,32", json_path, label = "gpt2-small";
+  std::string device_text = "cuda", dtype_arg = "bf16", batches_arg = "1,32", json_path, label = "gpt2-small";
   int64_t prompt_len = 128, new_tokens = 256, repeats = 3;
   double temperature = 0.0;
   CLI::App app{"retort generation benchmark (KV cache)"};
   app.add_option("--label", label)->capture_default_str();
-  app.add_option("--device", device_name)->capture_default_str();
+  app.add_option("--device", device_text)->capture_default_str();
   app.add_option("--dtype", dtype_arg, "compute dtype: f32 or bf16")->capture_default_str();
   app.add_option("--batches", batches_arg, "comma-separated batch sizes")->capture_default_str();
   app.add_option("--prompt", prompt_len, "prompt tokens")->capture_default_str();
@@ -53,7 +47,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "append one JSON object per batch size to this file");
   CLI11_PARSE(app, argc, argv);
 
-  const Device device = Device::parse(device_name);
+  const Device device = Device::parse(device_text);
   GptModel model(config);
   model.to(device);
   model.initialize(1);
@@ -64,8 +58,9 @@ int main(int argc, char** argv) {
     at = comma + 1;
   }
 
-  std::ofstream json;
-  if (!json_path.empty()) json.open(json_path, std::ios::app);
+  const bench::RecordOrigin origin = bench::record_origin(bench::device_name(device));
+  std::optional<bench::JsonLinesWriter> json;
+  if (!json_path.empty()) json.emplace(json_path, bench::JsonLinesWriter::Mode::Append, origin);
   fmt::print("{} on {}, {} compute: {} layers, {} heads, width {}, vocab {}, context {}; prompt {}, {} new tokens\n",
              label, device.str(), dtype_arg, config.n_layer, config.n_head, config.n_embd, config.vocab_size,
              config.block_size, prompt_len, new_tokens);
@@ -90,17 +85,23 @@ int main(int argc, char** argv) {
       for (const auto& s : out) slowest = std::max(slowest, s.decode_seconds);
       decode.push_back(slowest);
     }
-    const double prefill_ms = 1e3 * median(prefill), decode_s = median(decode);
+    const double prefill_ms = 1e3 * bench::median(prefill), decode_s = bench::median(decode);
     const double tokens_per_s = static_cast<double>(batch * (new_tokens - 1)) / decode_s;
     const double ms_per_step = 1e3 * decode_s / static_cast<double>(new_tokens - 1);
     fmt::print("{:>6} {:>12.2f} {:>16.1f} {:>14.3f}\n", batch, prefill_ms, tokens_per_s, ms_per_step);
-    const nlohmann::json row{
-        {"framework", "retort"},     {"label", label},           {"device", device.str()},
-        {"dtype", dtype_arg},        {"batch", batch},           {"prompt", prompt_len},
-        {"new_tokens", new_tokens},  {"prefill_ms", prefill_ms}, {"decode_tokens_per_s", tokens_per_s},
-        {"ms_per_step", ms_per_step}};
+    const nlohmann::json row = bench::stamped({{"framework", "retort"},
+                                               {"label", label},
+                                               {"device", device.str()},
+                                               {"dtype", dtype_arg},
+                                               {"batch", batch},
+                                               {"prompt", prompt_len},
+                                               {"new_tokens", new_tokens},
+                                               {"prefill_ms", prefill_ms},
+                                               {"decode_tokens_per_s", tokens_per_s},
+                                               {"ms_per_step", ms_per_step}},
+                                              origin);
     std::cout << row.dump() << std::endl;
-    if (json.is_open()) json << row.dump() << "\n";
+    if (json) json->write(row);
   }
   return 0;
 }

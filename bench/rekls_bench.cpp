@@ -11,27 +11,27 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <chrono>
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "bench/harness/bench_main.h"
+#include "bench/harness/host_clock.h"
+#include "bench/harness/json_lines.h"
+#include "bench/harness/rank_device.h"
+#include "bench/harness/rank_reduction.h"
+#include "bench/harness/sample_stats.h"
 #include "core/tensor/device_runtime.h"
 #include "core/util/error.h"
 #include "optim/rekls/tp_rekls.h"
 #include "parallel/comm/rendezvous.h"
 #include "parallel/tp/sharding.h"
 
-#ifdef RETORT_WITH_CUDA
-#include <cuda_runtime.h>
-
-#include "core/cuda/cuda_context.h"
-#include "parallel/comm/nccl_communicator.h"
-#endif
-
 using namespace retort;
+using namespace retort::bench;
 
 namespace {
 
@@ -132,20 +132,13 @@ int run(const Options& o) {
   auto world = connect_world(env, GlooOptions{});
   std::shared_ptr<Communicator> comm = world;
   Device device = Device::cpu();
-  std::string device_name = "cpu";
   RETORT_INPUT_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '{}'", o.device);
   if (o.device == "cuda") {
-#ifdef RETORT_WITH_CUDA
-    RETORT_INPUT_CHECK(env.local_rank < cuda_device_count(), "rank {} has no GPU of its own ({} visible)", env.rank,
-                       cuda_device_count());
-    RETORT_CUDA_CHECK(cudaSetDevice(env.local_rank));
     device = Device::cuda(env.local_rank);
-    device_name = cuda::device_properties(env.local_rank).name;
-    if (world->size() > 1) comm = NcclCommunicator::create(world, env.local_rank, NcclOptions{});
-#else
-    throw InputError("--device cuda needs a CUDA build of retort; use --device cpu");
-#endif
+    use_gpu(device, env.rank);
+    if (world->size() > 1) comm = collective_group(world, device);
   }
+  const std::string device_name = bench::device_name(device);
   const std::string params_text =
       !o.params.empty() ? o.params : (device.is_cuda() ? "4096x1024:0*4,1024x4096:1*4" : "256x64:0*4,64x256:1*4");
   const std::vector<ParamSpec> specs = parse_params(params_text);
@@ -159,27 +152,21 @@ int run(const Options& o) {
   std::vector<double> seconds;
   int64_t eigh_per_step = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
+    // The host clock between two synchronisations: the step's host work (eigh on the CPU, collectives) counts.
     device_runtime::synchronize(device);
     world->barrier();
-    const auto start = std::chrono::steady_clock::now();
+    const Stopwatch watch;
     optimizer.step(o.lr);
     device_runtime::synchronize(device);
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // The step of the group is the slowest rank's.
-    Tensor slowest = Tensor::full({1}, elapsed, DType::F64);
-    world->all_reduce(slowest, ReduceOp::Max);
-    Tensor eighs = Tensor::full({1}, static_cast<double>(optimizer.eigh_calls_last_step()), DType::F64);
-    world->all_reduce(eighs);
-    eigh_per_step = static_cast<int64_t>(eighs.item());
-    if (s >= o.warmup) seconds.push_back(slowest.item());
+    const double slowest = slowest_rank(world.get(), watch.seconds());
+    eigh_per_step = static_cast<int64_t>(
+        reduce_over_ranks(world.get(), {static_cast<double>(optimizer.eigh_calls_last_step())}, ReduceOp::Sum)[0]);
+    if (s >= o.warmup) seconds.push_back(slowest);
   }
   double state_bytes = 0;
   for (const auto& [name, t] : optimizer.state().tensors) state_bytes += static_cast<double>(t.nbytes());
-  Tensor most_state = Tensor::full({1}, state_bytes, DType::F64);
-  world->all_reduce(most_state, ReduceOp::Max);
-  double mean = 0;
-  for (double s : seconds) mean += s / static_cast<double>(seconds.size());
-  double best = *std::min_element(seconds.begin(), seconds.end());
+  const double most_state = slowest_rank(world.get(), state_bytes);  // the largest rank's state
+  const SampleSummary step_time = summarize(seconds);
 
   // The update check: fresh weights and state, --check-steps steps with per-step gradients, then samples of the
   // full W - W0 of every parameter.
@@ -208,24 +195,24 @@ int run(const Options& o) {
     std::printf(
         "retort TP-REKLS on %d x %s, params %s: step %.3f ms (mean of %d; best %.3f ms), %lld eigh per "
         "step over the group, optimizer state %.1f MiB per rank\n",
-        tp, device_name.c_str(), params_text.c_str(), 1e3 * mean, o.steps, 1e3 * best,
-        static_cast<long long>(eigh_per_step), most_state.item() / (1 << 20));
+        tp, device_name.c_str(), params_text.c_str(), 1e3 * step_time.mean, o.steps, 1e3 * step_time.min,
+        static_cast<long long>(eigh_per_step), most_state / (1 << 20));
     if (!o.json.empty()) {
-      nlohmann::json line = {{"impl", "retort"},
-                             {"device", device_name},
-                             {"tp", tp},
-                             {"params", params_text},
-                             {"step_ms", 1e3 * mean},
-                             {"best_step_ms", 1e3 * best},
-                             {"steps", o.steps},
-                             {"eigh_per_step", eigh_per_step},
-                             {"state_bytes_per_rank", most_state.item()},
-                             {"check_steps", o.check_steps},
-                             {"check", check}};
-      std::ofstream(o.json, std::ios::app) << line.dump() << "\n";
+      JsonLinesWriter(o.json, JsonLinesWriter::Mode::Append, record_origin(device_name))
+          .write({{"impl", "retort"},
+                  {"device", device_name},
+                  {"tp", tp},
+                  {"params", params_text},
+                  {"step_ms", 1e3 * step_time.mean},
+                  {"best_step_ms", 1e3 * step_time.min},
+                  {"steps", o.steps},
+                  {"eigh_per_step", eigh_per_step},
+                  {"state_bytes_per_rank", most_state},
+                  {"check_steps", o.check_steps},
+                  {"check", check}});
     }
   }
-  world->barrier();
+  leave_together(device, world.get());
   return 0;
 }
 
@@ -233,9 +220,7 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{
-      "TP-REKLS optimizer step time, eigh count and state memory, one process per rank:\n"
-      "  retort launch --nproc N --exec -- bench_rekls [options]"};
+  CLI::App app{per_rank_usage("TP-REKLS optimizer step time, eigh count and state memory", "bench_rekls")};
   app.add_option("--device", o.device, "cpu (Gloo) or cuda (NCCL, one GPU per rank)")->capture_default_str();
   app.add_option("--params", o.params,
                  "ROWSxCOLS:PD*COUNT items, comma-separated (default cuda: 4096x1024:0*4,1024x4096:1*4; cpu: "
@@ -249,12 +234,5 @@ int main(int argc, char** argv) {
   app.add_option("--grad-scale", o.grad_scale, "gradients are uniform in [-scale, scale)")->capture_default_str();
   app.add_option("--json", o.json, "rank 0 appends one JSON line here");
   CLI11_PARSE(app, argc, argv);
-  int rank = 0;
-  try {
-    rank = read_launch_env().rank;
-    return run(o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_rekls (rank %d): %s\n", rank, e.what());
-    return 1;
-  }
+  return run_reporting_rank("bench_rekls", [&] { return run(o); });
 }

@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "bench/harness/host_clock.h"
+#include "bench/harness/json_lines.h"
+#include "bench/harness/rank_device.h"
 #include "core/ops/ops.h"
 #include "core/tensor/device_runtime.h"
 #include "losses/cross_entropy.h"
@@ -19,11 +21,11 @@ using namespace retort;
 
 int main(int argc, char** argv) {
   GptConfig config;
-  std::string device_name = "cpu", dtype_name_arg = "f32", label = "custom";
+  std::string device_text = "cpu", dtype_name_arg = "f32", label = "custom";
   int64_t batch = 8, warmup = 3, steps = 10;
   CLI::App app{"retort training-throughput benchmark"};
   app.add_option("--label", label);
-  app.add_option("--device", device_name);
+  app.add_option("--device", device_text);
   app.add_option("--dtype", dtype_name_arg, "compute dtype: f32 or bf16");
   app.add_option("--batch", batch);
   app.add_option("--seq", config.block_size, "sequence length (= context)");
@@ -35,7 +37,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps);
   CLI11_PARSE(app, argc, argv);
 
-  const Device device = Device::parse(device_name);
+  const Device device = Device::parse(device_text);
   const DType dtype = dtype_from_name(dtype_name_arg);
   GptModel model(config);
   model.initialize(1);
@@ -57,25 +59,26 @@ int main(int argc, char** argv) {
   double loss_value = 0, seconds = 0;
   for (int64_t i = 0; i < warmup + steps; ++i) {
     if (i == warmup) device_runtime::synchronize(device);
-    const auto start = std::chrono::steady_clock::now();
+    const bench::Stopwatch watch;
     Tensor loss = losses::cross_entropy(model.forward(x, dtype), y.to(device));
     loss.backward();
     optimizer.step(1e-4);
     optimizer.zero_grad();
     loss_value = loss.item();  // waits for the step: the timing covers the whole step
-    if (i >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i >= warmup) seconds += watch.seconds();
   }
   const double tokens_per_s = static_cast<double>(batch * config.block_size * steps) / seconds;
-  nlohmann::json out{{"framework", "retort"},
-                     {"label", label},
-                     {"device", device.str()},
-                     {"dtype", dtype_name_arg},
-                     {"batch", batch},
-                     {"seq", config.block_size},
-                     {"params", model.parameter_count()},
-                     {"tokens_per_s", tokens_per_s},
-                     {"ms_per_step", 1000.0 * seconds / steps},
-                     {"final_loss", loss_value}};
-  std::cout << out.dump() << std::endl;
+  const nlohmann::json out{{"framework", "retort"},
+                           {"label", label},
+                           {"device", device.str()},
+                           {"dtype", dtype_name_arg},
+                           {"batch", batch},
+                           {"seq", config.block_size},
+                           {"params", model.parameter_count()},
+                           {"tokens_per_s", tokens_per_s},
+                           {"ms_per_step", 1000.0 * seconds / steps},
+                           {"final_loss", loss_value}};
+  // stdout is the record: bench/run_train_throughput.sh collects the lines of both frameworks.
+  std::cout << bench::stamped(out, bench::record_origin(bench::device_name(device))).dump() << std::endl;
   return 0;
 }

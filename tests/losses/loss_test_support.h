@@ -1,8 +1,8 @@
 #pragma once
-// What the vocab-parallel loss tests (cross-entropy, distribution and top-k distillation) share: values as a
-// dtype stores them, column shards of dense matrices, a communicator wrapper that counts collectives (and lets
-// GPU tensors ride a Gloo group through the host), the thread-rank runner, the error measures, the per-label
-// log of worst errors, and the checks of one rank against the dense float64 reference.
+// The primitives of the vocab-parallel loss tests (cross-entropy, distribution and top-k distillation): values as
+// a dtype stores them, column shards of dense matrices, a communicator wrapper that counts collectives (and lets
+// GPU tensors ride a Gloo group through the host), the thread-rank runner, the error measures and the per-label
+// log of worst errors. The checks built on them, the same for every loss family, are in loss_family_harness.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -150,18 +150,17 @@ inline RankResult finish_rank(Tensor& loss, const Tensor& logits, const Recordin
 
 // One rank's run of a loss: its logits are its column slice of `dense` (p: rows, vocab, vocab_local) shaped
 // [rows, V_local], or [2, rows / 2, V_local] when three_d, stored as `dtype` on `device`; the recorded group (when
-// there is a transport) goes on their sharding or, group_in_options, into options.group; loss_of(logits, their
-// leading dims, options) computes the loss. Returns the loss, the LOCAL gradient and the collectives.
+// there is a transport) goes on their sharding or, group_in_options, into options.group; loss_of(logits, options)
+// computes the loss. Returns the loss, the LOCAL gradient and the collectives.
 template <typename Problem, typename Options, typename LossOf>
 RankResult run_rank(const Problem& p, const std::vector<double>& dense, bool three_d, int rank, DType dtype,
                     Device device, const std::shared_ptr<Communicator>& transport, bool group_in_options,
                     Options options, LossOf&& loss_of) {
   const Shape shape = three_d ? Shape{2, p.rows / 2, p.vocab_local} : Shape{p.rows, p.vocab_local};
-  const Shape leading(shape.begin(), shape.end() - 1);
   Tensor logits = Tensor::from_doubles(column_slice(dense, p, rank), shape, dtype, device);
   const auto group = record_group(transport, group_in_options, logits, options.group);
   logits.set_requires_grad();
-  Tensor loss = loss_of(logits, leading, options);
+  Tensor loss = loss_of(logits, options);
   return finish_rank(loss, logits, group.get());
 }
 
@@ -171,29 +170,6 @@ inline Tensor sharded_f64(const std::vector<double>& values, int64_t rows, int64
   Tensor t = Tensor::from_doubles(values, {rows, vocab_local}, DType::F64);
   t.set_sharding({1, 1, group});
   return t;
-}
-
-// Central finite differences against this rank's analytic LOCAL gradient `grad` at tp > 1: for each probe (row,
-// global column) the owner of that logit moves it by +-h in its shard `local` ([rows, vocab_local]) while every
-// rank recomputes the collective loss_at(values); the owner expects its gradient within 1e-8 of the quotient.
-// Returns the worst error over this rank's probes.
-template <typename LossAt>
-double expect_finite_differences(int rank, int64_t vocab_local, const std::vector<double>& local,
-                                 const std::vector<double>& grad,
-                                 const std::vector<std::pair<int64_t, int64_t>>& probes, LossAt&& loss_at) {
-  const double h = 1e-5;
-  double worst = 0;
-  for (const auto& [i, j] : probes) {
-    const bool mine = j / vocab_local == rank;
-    const size_t at = static_cast<size_t>(i * vocab_local + j % vocab_local);
-    std::vector<double> plus = local, minus = local;
-    if (mine) plus[at] += h, minus[at] -= h;
-    const double fd = (loss_at(plus) - loss_at(minus)) / (2 * h);
-    if (!mine) continue;
-    EXPECT_NEAR(grad[at], fd, 1e-8) << "row " << i << ", global column " << j;
-    worst = std::max(worst, std::abs(grad[at] - fd));
-  }
-  return worst;
 }
 
 // The largest |a - e| over the entries (an entry finite on one side only counts as infinite) and the scale it
@@ -213,18 +189,13 @@ inline Difference max_difference(const std::vector<double>& actual, const std::v
   return d;
 }
 
-// max |a - e| / max |e| over the finite entries; an entry that is finite on one side only counts as infinite.
-inline double scaled_error(const std::vector<double>& actual, const std::vector<double>& expected) {
-  const Difference d = max_difference(actual, expected, 0.0);
-  return d.scale > 0 ? d.worst / d.scale : d.worst;
-}
-
 // max |a - e| over the entries, relative to the larger of max |e| and `unit` (the size of the gradient when a
 // token's probability moves by one: where every true entry is ~0, as for the reverse KL of one-hot rows, the
-// error is measured on that scale); an entry finite on one side only counts as infinite.
-inline double grad_error(const std::vector<double>& actual, const std::vector<double>& expected, double unit) {
+// error is measured on that scale; unit 0 measures on max |e| alone, and on nothing when every |e| is 0); an
+// entry finite on one side only counts as infinite.
+inline double grad_error(const std::vector<double>& actual, const std::vector<double>& expected, double unit = 0) {
   const Difference d = max_difference(actual, expected, unit);
-  return d.worst / d.scale;
+  return d.scale > 0 ? d.worst / d.scale : d.worst;
 }
 
 // |a - e| / max(|e|, 1): relative for losses of any size, absolute near 0; equal infinities give 0.
@@ -234,8 +205,8 @@ inline double loss_error(double actual, double expected) {
   return std::abs(actual - expected) / std::max(std::abs(expected), 1.0);
 }
 
-// The worst errors seen per label, printed once at the end of the run (the report quotes them). Tag::kName
-// names the log in its lines, Tag::kWidth is the width of the label column.
+// The worst errors seen per label, printed once at the end of the run (the report quotes them). Tag::kLogName
+// names the log in its lines, Tag::kLogWidth is the width of the label column.
 template <typename Tag>
 class ErrorLog {
  public:
@@ -251,7 +222,7 @@ class ErrorLog {
   }
   void print() const {
     for (const auto& [label, e] : worst_)
-      std::printf("[%s max errors] %-*s loss %.3g  grad %.3g\n", Tag::kName, Tag::kWidth, label.c_str(), e.first,
+      std::printf("[%s max errors] %-*s loss %.3g  grad %.3g\n", Tag::kLogName, Tag::kLogWidth, label.c_str(), e.first,
                   e.second);
   }
 
@@ -294,98 +265,11 @@ inline Tolerance tolerance_by_dtype(DType dtype, Tolerance f32, Tolerance bf16) 
   }
 }
 
-// Two runs of the same jobs ([job][rank]), the group passed on the sharding and in the options: the same
-// losses and LOCAL gradients, and the second ran its two collectives too.
-inline void expect_same_runs(const std::vector<std::vector<RankResult>>& from_sharding,
-                             const std::vector<std::vector<RankResult>>& from_options) {
-  ASSERT_EQ(from_sharding.size(), from_options.size());
-  for (size_t j = 0; j < from_sharding.size(); ++j)
-    for (size_t r = 0; r < from_sharding[j].size(); ++r) {
-      EXPECT_EQ(from_sharding[j][r].loss, from_options[j][r].loss);
-      EXPECT_EQ(from_sharding[j][r].grad, from_options[j][r].grad);
-      EXPECT_EQ(from_options[j][r].forward_calls.size(), 2u);
-    }
-}
-
-// A group of one rank (world 1, the student sharded over it) or a student replicated on every rank of a group
-// (world 2, no partition dim): the loss runs no collective and equals the dense reference. loss_of(student)
-// computes the loss of a [rows, vocab] student (the whole vocabulary) that requires its gradient.
-template <typename LossOf>
-void expect_local_without_collectives(const std::vector<double>& student_values, int64_t rows, int64_t vocab,
-                                      double ref_loss, const std::vector<double>& ref_grad, double grad_unit,
-                                      LossOf&& loss_of) {
-  for (int world : {1, 2}) {
-    run_ranks(
-        world,
-        [&](std::shared_ptr<Communicator> gloo) {
-          auto group = std::make_shared<RecordingCommunicator>(gloo);
-          Tensor student = Tensor::from_doubles(student_values, {rows, vocab}, DType::F64);
-          student.set_sharding({world == 1 ? 1 : -1, 1, group});
-          Tensor loss = loss_of(student.set_requires_grad());
-          loss.backward();
-          EXPECT_TRUE(group->calls().empty());
-          EXPECT_LE(loss_error(loss.item(), ref_loss), 1e-12);
-          EXPECT_LE(grad_error(student.grad().to_doubles(), ref_grad, grad_unit), 1e-11);
-        },
-        test_gloo_options());
-  }
-}
-
-// A [rows, vocab] gradient buffer that held 0.5 everywhere and then took two accumulating backward passes with
-// grad_output 2: the rows that are not valid still hold 0.5 (a failure and +inf otherwise); returns the worst
-// |got - 0.5 - 4 g| / (4 scale) over the valid rows, scale = max(unit, max |g|) for the reference gradient g.
-inline double accumulated_error(const std::vector<double>& got, const std::vector<double>& ref_grad, double unit,
-                                const std::vector<bool>& valid, int64_t rows, int64_t vocab) {
-  double worst = 0, scale = unit;
-  for (double g : ref_grad) scale = std::max(scale, std::abs(g));
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < vocab; ++j) {
-      const size_t at = static_cast<size_t>(i * vocab + j);
-      if (valid[static_cast<size_t>(i)]) {
-        worst = std::max(worst, std::abs(got[at] - 0.5 - 4 * ref_grad[at]) / (4 * scale));
-      } else if (got[at] != 0.5) {
-        ADD_FAILURE() << "masked row " << i << " was written: " << got[at] << " at column " << j;
-        return kInf;
-      }
-    }
-  }
-  return worst;
-}
-
-// One rank against the reference: its loss and LOCAL gradient errors (le, ge) within `tol`, the same loss as
-// rank 0 (`first`), no NaN in the gradient. False after a failure that ends the comparison.
-[[nodiscard]] inline bool expect_rank_close(int r, const RankResult& got, const RankResult& first, double ref_loss,
-                                            double le, double ge, const Tolerance& tol) {
-  EXPECT_LE(le, tol.loss) << "rank " << r << ": loss " << got.loss << ", reference " << ref_loss;
-  EXPECT_LE(ge, tol.grad) << "rank " << r << ": local gradient";
-  EXPECT_EQ(got.loss, first.loss) << "rank " << r << " disagrees with rank 0";
-  for (double g : got.grad) {
-    if (!std::isnan(g)) continue;
-    ADD_FAILURE() << "rank " << r << ": NaN in the gradient";
-    return false;
-  }
-  return true;
-}
-
-// At tp > 1 the forward ran exactly one MAX all-reduce of `max_shape` and one SUM all-reduce of `sum_shape`,
-// the backward none; at tp 1, nothing to check. False after a failure that ends the comparison.
-[[nodiscard]] inline bool expect_collectives(int r, int tp, const RankResult& got, const Shape& max_shape,
-                                             const Shape& sum_shape) {
-  if (tp == 1) return true;
-  EXPECT_EQ(got.forward_calls.size(), 2u) << "rank " << r;
-  if (got.forward_calls.size() != 2) return false;
-  EXPECT_EQ(got.forward_calls[0].op, ReduceOp::Max);
-  EXPECT_EQ(got.forward_calls[0].shape, max_shape);
-  EXPECT_EQ(got.forward_calls[1].op, ReduceOp::Sum);
-  EXPECT_EQ(got.forward_calls[1].shape, sum_shape);
-  EXPECT_TRUE(got.backward_calls.empty()) << "rank " << r << ": the backward ran a collective";
-  return true;
-}
-
-// One rank against a PyTorch reference: loss and LOCAL gradient errors (le, ge) within `tol`.
-inline void expect_close_to_torch(int r, double loss, double torch_loss, double le, double ge, const Tolerance& tol) {
-  EXPECT_LE(le, tol.loss) << "rank " << r << ": " << loss << " vs torch " << torch_loss;
-  EXPECT_LE(ge, tol.grad) << "rank " << r;
-}
+// A family's dense float64 reference for one loss setting: the loss and the gradient over the whole vocabulary.
+struct Reference {
+  double loss = 0;
+  std::vector<double> grad;  // dense [rows, vocab]
+  double grad_unit = 0;      // the floor grad_error measures on (0: max |g| alone)
+};
 
 }  // namespace retort::loss_testing

@@ -1,13 +1,14 @@
-// Bad inputs are InputErrors whose message names the problem: target shapes, ids outside the GLOBAL
-// vocabulary, logits sharded on another dim, options out of range.
+// The cross-entropy's bad inputs are InputErrors whose message names the problem: target shapes, ids outside the
+// GLOBAL vocabulary, options out of range (logits sharded on another dim: test_loss_groups.cpp, for every family).
 #include <gtest/gtest.h>
 
-#include "ce_test_support.h"
+#include "cross_entropy_family.h"
 #include "tests/test_support.h"
 
-namespace retort::ce_testing {
+namespace retort::loss_testing {
 namespace {
 
+using losses::CrossEntropyOptions;
 using retort::testing::message_of;
 
 Tensor logits_4x10() {
@@ -53,19 +54,6 @@ TEST(CrossEntropyErrors, TheVocabularyIsGlobal) {
       test_gloo_options());
 }
 
-TEST(CrossEntropyErrors, LogitsShardedOnAnotherDim) {
-  run_ranks(
-      2,
-      [](std::shared_ptr<Communicator> gloo) {
-        Tensor logits = logits_4x10();
-        logits.set_sharding({0, 1, gloo});
-        const std::string m = error_of(logits, Tensor::from_ints({1, 2, 3, 4}, {4}));
-        EXPECT_NE(m.find("sharded on dim 0"), std::string::npos) << m;
-        EXPECT_NE(m.find("not on the vocabulary"), std::string::npos) << m;
-      },
-      test_gloo_options());
-}
-
 TEST(CrossEntropyErrors, OptionsOutOfRange) {
   const Tensor targets = Tensor::from_ints({1, 2, 3, 4}, {4});
   CrossEntropyOptions o;
@@ -87,4 +75,4 @@ TEST(CrossEntropyErrors, OptionsOutOfRange) {
 }
 
 }  // namespace
-}  // namespace retort::ce_testing
+}  // namespace retort::loss_testing

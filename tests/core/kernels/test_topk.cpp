@@ -7,7 +7,7 @@
 
 #include "core/kernels/kernels.h"
 #include "tests/test_support.h"
-#include "topk_test_support.h"
+#include "tests/core/kernels/topk_test_support.h"
 
 namespace retort::topk_testing {
 namespace {

@@ -12,7 +12,7 @@
 #include "core/tensor/device.h"
 #include "core/tensor/device_runtime.h"
 #include "core/tensor/random.h"
-#include "topk_test_support.h"
+#include "tests/core/kernels/topk_test_support.h"
 
 namespace retort::topk_testing {
 namespace {

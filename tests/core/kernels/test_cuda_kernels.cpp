@@ -543,42 +543,6 @@ TEST(CudaCrossEntropy, TargetOutOfRangeThrows) {
   EXPECT_NO_THROW(gpu::cross_entropy_forward(logits, good, -100, loss, lse));
 }
 
-// ---- timings (not a check: run with --gtest_also_run_disabled_tests on a GPU) -----------------------------------
-// The ops' own times at GPT-2 small's shapes are the op table's timing mode (retort_op_timing); sum_squares, no op,
-// is timed here: [8192, 3072] bf16, median of 20 runs after 3 warm-ups, timed with events on the compute stream.
-
-template <typename F>
-double median_ms(F&& f) {
-  cudaStream_t stream = retort::cuda::current_stream();
-  for (int i = 0; i < 3; ++i) f();
-  cudaEvent_t start, stop;
-  RETORT_CUDA_CHECK(cudaEventCreate(&start));
-  RETORT_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> times;
-  for (int i = 0; i < 20; ++i) {
-    RETORT_CUDA_CHECK(cudaEventRecord(start, stream));
-    f();
-    RETORT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    RETORT_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    RETORT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-TEST(CudaKernelTiming, DISABLED_SumSquaresAtGpt2SmallShape) {
-  SKIP_WITHOUT_GPU();
-  const int64_t N = 8 * 1024, C = 768;
-  Tensor x = random_gpu({N, 4 * C}, DType::BF16, 5);
-  Tensor total = Tensor::empty({1}, DType::F32, kGpu);
-  const double ms = median_ms([&] { gpu::sum_squares(x, total); });
-  std::printf("[cuda-time] %-44s %9.4f ms %8.1f GB/s\n", "sum_squares [8192 * 3072]", ms, N * 4 * C * 2.0 / ms / 1e6);
-}
-
 }  // namespace
 }  // namespace retort
 

@@ -5,13 +5,14 @@
 //
 //   retort_op_timing [--runs N] [--warmup N] [--filter NAME] [--device cpu|cuda] [--dtype f32|bf16]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "bench/harness/sample_stats.h"
+#include "bench/harness/step_timer.h"
 #include "core/tensor/device.h"
 #include "core/tensor/device_runtime.h"
 #include "core/tensor/tensor.h"
@@ -65,11 +66,6 @@ Settings parse(int argc, char** argv) {
   return s;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // The storage a case times in: the asked dtype for activations and parameters where the case takes it, else the
 // case's first storage (the cast starts from f32).
 Storage timing_storage(const OpCase& c, DType dtype) {
@@ -83,28 +79,18 @@ struct Timing {
 };
 
 Timing time_op(const OpCase& c, const Dims& d, const Settings& s) {
-  using Clock = std::chrono::steady_clock;
   const std::vector<Input> inputs = c.inputs(d);
   std::vector<Tensor> in = make_inputs(inputs, draw_inputs(inputs, run_seed(c.name, d, "timing")),
                                        timing_storage(c, s.dtype), s.device, false, true);
-  auto ms_since = [](Clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-  };
+  bench::StepTimer timer(s.device);
   std::vector<double> forward, backward;
   Timing t;
   for (int run = 0; run < s.warmup + s.runs; ++run) {
     for (Tensor& x : in) x.zero_grad();
-    device_runtime::synchronize(s.device);
-    const auto start = Clock::now();
-    Tensor y = c.op(in, d);
-    device_runtime::synchronize(s.device);
-    const double f = ms_since(start);
+    Tensor y;
+    const double f = timer.ms([&] { y = c.op(in, d); });
     const Tensor upstream = Tensor::full(y.shape(), 0.5, y.dtype(), s.device);
-    device_runtime::synchronize(s.device);
-    const auto back = Clock::now();
-    y.backward(upstream);
-    device_runtime::synchronize(s.device);
-    const double b = ms_since(back);
+    const double b = timer.ms([&] { y.backward(upstream); });
     if (run < s.warmup) continue;
     forward.push_back(f);
     backward.push_back(b);
@@ -114,8 +100,8 @@ Timing time_op(const OpCase& c, const Dims& d, const Settings& s) {
       t.bytes += static_cast<double>(y.nbytes());
     }
   }
-  t.forward_ms = median(forward);
-  t.backward_ms = median(backward);
+  t.forward_ms = bench::median(forward);
+  t.backward_ms = bench::median(backward);
   t.flops = c.flops ? c.flops(d) : 0;
   return t;
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -84,4 +85,29 @@ inline void write_bytes(const std::filesystem::path& path, const std::string& by
       .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+// Whether the project's Python (RETORT_PYTHON, Debian's python3) can import torch and numpy, the external oracles of
+// the PyTorch twin tests; checked once per process because importing torch takes seconds.
+inline bool python_has_torch_and_numpy() {
+  static const bool ok = std::system(RETORT_PYTHON " -c 'import torch, numpy' > /dev/null 2>&1") == 0;
+  return ok;
+}
+
+// Under CI (the CI variable set and not "false" or "0") every oracle is installed by the set-up, so a missing one
+// is a broken install that a quiet skip would hide.
+inline bool running_under_ci() {
+  const char* ci = std::getenv("CI");
+  if (ci == nullptr) return false;
+  const std::string value(ci);
+  return !value.empty() && value != "false" && value != "0";
+}
+
 }  // namespace retort::testing
+
+// Skips the running test when an external oracle is missing, with the reason; under CI the same is a failure.
+#define RETORT_REQUIRE_ORACLE(available, reason)                                                          \
+  do {                                                                                                    \
+    if (!(available)) {                                                                                   \
+      if (::retort::testing::running_under_ci()) FAIL() << "under CI a missing oracle fails: " << reason; \
+      GTEST_SKIP() << reason << " (a skip here; a failure under CI)";                                     \
+    }                                                                                                     \
+  } while (0)

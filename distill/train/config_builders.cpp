@@ -39,7 +39,10 @@ ConfigSchema training_schema() {
   s.add_int("train.eval_batches", 20, "validation batches per evaluation").min(1);
   s.add_int("train.checkpoint_every", 200, "steps between checkpoints (0: only at the end)").min(0);
   s.add_int("train.keep_checkpoints", 2, "most recent checkpoints kept").min(1);
-  s.add_int("train.inject_nan_at_step", -1, "fault injection for tests: make this step's loss NaN (-1: off)");
+  s.add_int("train.inject_nan_at_step", -1,
+            "fault injection for tests: make this step's loss train.inject_loss_value (-1: off)");
+  s.add_string("train.inject_loss_value", "nan", "the loss train.inject_nan_at_step injects: nan, inf or -inf")
+      .choices({"nan", "inf", "-inf"});
 
   s.add_string("optim.name", "adamw",
                "optimizer: adamw, or rekls (REKLS on the matrices, TP-REKLS when parallel.tp > 1, AdamW on the "

@@ -7,7 +7,7 @@
 namespace retort::distill {
 
 double NonFiniteLossPolicy::observe(double value, int64_t step) const {
-  return step == inject_nan_at_step ? std::nan("") : value;
+  return step == inject_nan_at_step ? injected_loss : value;
 }
 
 Error NonFiniteLossPolicy::stop(double value, int64_t step, int64_t micro,

@@ -4,6 +4,7 @@
 // one in a loss poisons every gradient of the step.
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "core/util/error.h"
@@ -11,9 +12,10 @@
 namespace retort::distill {
 
 struct NonFiniteLossPolicy {
-  int64_t inject_nan_at_step = -1;  // train.inject_nan_at_step: the test hook that makes step N+1's loss NaN
+  int64_t inject_nan_at_step = -1;  // train.inject_nan_at_step: the test hook that makes step N+1's loss...
+  double injected_loss = std::numeric_limits<double>::quiet_NaN();  // ...this (train.inject_loss_value)
 
-  // The loss value the run decides on at 0-based `step`: `value`, or NaN at the injected step.
+  // The loss value the run decides on at 0-based `step`: `value`, or the injected loss at the injected step.
   double observe(double value, int64_t step) const;
 
   // The error that stops the run at 0-based `step`, micro-batch `micro`.

@@ -143,6 +143,7 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   };
   NonFiniteLossPolicy nonfinite;
   nonfinite.inject_nan_at_step = config.get_int("train.inject_nan_at_step");
+  nonfinite.injected_loss = std::stod(config.get_string("train.inject_loss_value"));
   std::optional<fs::path> last_checkpoint = latest_checkpoint(result.run_dir);
 
   ProgressOptions progress_options;

@@ -25,13 +25,11 @@
 #include "core/io/safetensors.h"
 #include "core/tensor/tensor.h"
 #include "loss_family_harness.h"
+#include "tests/test_support.h"
 
 namespace retort::loss_testing {
 
-inline bool python_has_torch() {
-  static const bool ok = std::system(RETORT_PYTHON " -c 'import torch' > /dev/null 2>&1") == 0;
-  return ok;
-}
+using ::retort::testing::python_has_torch_and_numpy;
 
 // What a family's script reads for one job.
 struct TorchProblem {
@@ -46,7 +44,7 @@ class TorchScratch {
   // Names the folder and makes it; false, with nothing made, when torch is missing.
   static bool open() {
     folder() = std::filesystem::temp_directory_path() / ("retort_loss_torch_" + std::to_string(::getpid()));
-    if (!python_has_torch()) return false;
+    if (!python_has_torch_and_numpy()) return false;
     std::filesystem::create_directories(folder());
     return true;
   }

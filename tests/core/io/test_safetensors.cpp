@@ -125,7 +125,7 @@ int run_python(const std::filesystem::path& script, const std::filesystem::path&
 }
 
 TEST_F(SafetensorsTest, ReadsAFileWrittenByAnIndependentWriter) {
-  if (!have_python()) GTEST_SKIP() << RETORT_PYTHON << " is not installed";
+  RETORT_REQUIRE_ORACLE(have_python(), RETORT_PYTHON " is not installed");
   const auto script = folder_.path() / "writer.py";
   std::ofstream(script) << R"PY(
 import json, struct, sys
@@ -178,7 +178,7 @@ with open(sys.argv[1], "wb") as f:
 }
 
 TEST_F(SafetensorsTest, AnIndependentReaderReadsOurFile) {
-  if (!have_python()) GTEST_SKIP() << RETORT_PYTHON << " is not installed";
+  RETORT_REQUIRE_ORACLE(have_python(), RETORT_PYTHON " is not installed");
   const auto path = folder_.path() / "ours.safetensors";
   save_safetensors(path,
                    {{"w", tensor_of<float>({0.5f, -1.0f, 2.0f}, {3}, DType::F32)},

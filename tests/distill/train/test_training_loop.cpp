@@ -59,6 +59,28 @@ TEST(Trainer, ResumeAfterInterruptionIsBitIdentical) {
   EXPECT_EQ(full.final_eval_loss, resumed.final_eval_loss);
 }
 
+// An infinite loss (either sign) poisons the step's gradients like a NaN: the run stops the same way, before the
+// optimizer step, and keeps the last checkpoint to resume from.
+TEST(Trainer, AnInfiniteLossStopsTheRunLikeNaN) {
+  for (const std::string value : {"inf", "-inf"}) {
+    const fs::path dir = fresh_dir("infinite" + value);
+    auto overrides = tiny_overrides(dir);
+    overrides.insert(overrides.end(), {"train.inject_nan_at_step=3", "train.inject_loss_value=" + value});
+    try {
+      run_label_training(resolve(overrides), Device::cpu(), false);
+      FAIL() << "an infinite loss (" << value << ") must stop training";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("loss is " + value + " at step 4"), std::string::npos) << message;
+      EXPECT_NE(message.find("step_00000003"), std::string::npos) << message;
+    }
+    EXPECT_EQ(read_metrics(dir).size(), 3u) << "the bad step must not be logged";
+    const auto latest = latest_checkpoint(dir);
+    ASSERT_TRUE(latest.has_value());
+    EXPECT_EQ(latest->filename(), "step_00000003");
+  }
+}
+
 TEST(Trainer, LossGoesDownAndMetricsHaveTheFields) {
   const fs::path dir = fresh_dir("descent");
   auto overrides = tiny_overrides(dir);

@@ -111,7 +111,7 @@ TEST_P(GptTorchTwinAdamW, LossesAndFinalWeightsMatchTorchAdamW) {
       c.name.c_str(), expected.front(), expected.back(), worst_loss, worst_err, worst_name.c_str(), key_bias_drift);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GptTorchTwinAdamW, testing::ValuesIn(adamw_cases()), gtest_case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, GptTorchTwinAdamW, ::testing::ValuesIn(adamw_cases()), gtest_case_name);
 
 }  // namespace
 }  // namespace retort::twin

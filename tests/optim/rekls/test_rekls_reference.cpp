@@ -10,6 +10,8 @@
 // float32 agrees with float64 to 0.5% of one step's largest update, which is what the test holds it to.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/util/error.h"
 #include "optim/rekls/rekls.h"
 #include "tests/optim/rekls/rekls_test_support.h"
@@ -68,10 +70,12 @@ TEST(Rekls, FirstStepFactorIsTheScaledGram) {
   rekls.step(kLr);
   const MatrixD G = testing::to_matrix(g, m, n);
   const MatrixD want = G * G.transpose() / (static_cast<double>(n) * kEps);
-  for (const auto& [name, t] : rekls.state().tensors) {
-    if (name != "w.left_factor") continue;
-    EXPECT_LT((testing::to_matrix(t) - want).cwiseAbs().maxCoeff(), 1e-6 * want.cwiseAbs().maxCoeff());
-  }
+  // The key is looked up, not searched for: a renamed state key must fail this test, not skip its check.
+  const auto state = rekls.state();
+  const auto factor = std::find_if(state.tensors.begin(), state.tensors.end(),
+                                   [](const auto& entry) { return entry.first == "w.left_factor"; });
+  ASSERT_NE(factor, state.tensors.end()) << "the REKLS state has no w.left_factor";
+  EXPECT_LT((testing::to_matrix(factor->second) - want).cwiseAbs().maxCoeff(), 1e-6 * want.cwiseAbs().maxCoeff());
 }
 
 // Runs `steps` steps from a fixed start, optionally saving and reloading the state into a fresh optimizer

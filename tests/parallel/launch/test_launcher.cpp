@@ -94,9 +94,12 @@ TEST(Launcher, ASignalToTheLauncherStopsEveryRank) {
   options.nproc = 2;
   options.grace = std::chrono::seconds(2);
   LaunchResult r;
+  // Each rank writes its pid into this test's own folder (a fixed /tmp name would collide with a parallel run).
+  const ::retort::testing::TempFolder folder;
+  const std::string pid_file = (folder.path() / "rank").string();
   const auto start = std::chrono::steady_clock::now();
   std::thread launcher([&] {
-    r = launch_local({"/bin/sh", "-c", "echo $$ > /tmp/retort_test_launcher_rank$RANK; exec sleep 60"}, options);
+    r = launch_local({"/bin/sh", "-c", "echo $$ > '" + pid_file + "'$RANK; exec sleep 60"}, options);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the handlers are installed before the ranks start
   ::kill(::getpid(), SIGTERM);
@@ -106,7 +109,7 @@ TEST(Launcher, ASignalToTheLauncherStopsEveryRank) {
   EXPECT_EQ(r.failed_rank, -1);
   EXPECT_LT(seconds, 10.0) << "the ranks must be stopped, not waited for";
   for (int rank = 0; rank < 2; ++rank) {
-    std::ifstream in("/tmp/retort_test_launcher_rank" + std::to_string(rank));
+    std::ifstream in(pid_file + std::to_string(rank));
     pid_t pid = 0;
     in >> pid;
     ASSERT_GT(pid, 0) << "rank " << rank << " did not start";

@@ -73,7 +73,7 @@ TEST_P(GptTorchTwin, LogitsLossAndGradientsMatchFloat64Torch) {
               loss_err, torch_loss, worst_err, worst_name.c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GptTorchTwin, testing::ValuesIn(model_cases()), gtest_case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, GptTorchTwin, ::testing::ValuesIn(model_cases()), gtest_case_name);
 
 }  // namespace
 }  // namespace retort::twin

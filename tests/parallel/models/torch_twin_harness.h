@@ -24,6 +24,7 @@
 #include "core/io/safetensors.h"
 #include "core/tensor/tensor.h"
 #include "parallel/models/gpt_model.h"
+#include "tests/test_support.h"
 
 namespace retort::twin {
 
@@ -59,7 +60,7 @@ inline void PrintTo(const TwinCase& c, std::ostream* out) {
   *out << c.name;
 }
 
-inline std::string gtest_case_name(const testing::TestParamInfo<TwinCase>& info) {
+inline std::string gtest_case_name(const ::testing::TestParamInfo<TwinCase>& info) {
   return info.param.name;
 }
 
@@ -126,11 +127,7 @@ inline std::map<std::string, std::string> case_metadata(const TwinCase& c) {
   return m;
 }
 
-// Whether RETORT_PYTHON can import torch; checked once per process because the import takes seconds.
-inline bool python_has_torch() {
-  static const bool ok = std::system(RETORT_PYTHON " -c 'import torch' > /dev/null 2>&1") == 0;
-  return ok;
-}
+using ::retort::testing::python_has_torch_and_numpy;
 
 inline std::string read_text(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -176,10 +173,10 @@ inline std::filesystem::path scratch_dir(const std::string& suite) {
 // starts with reference() already found: SetUp skips the test when torch is missing and fails it when the
 // script failed, so a test body only compares.
 template <typename Suite>
-class TwinSuite : public testing::TestWithParam<TwinCase> {
+class TwinSuite : public ::testing::TestWithParam<TwinCase> {
  protected:
   static void SetUpTestSuite() {
-    if (!python_has_torch()) return;
+    if (!python_has_torch_and_numpy()) return;
     try {
       refs_ = new std::vector<SafetensorsFile>(run_twins(Suite::cases(), scratch_dir(Suite::kScratch)));
     } catch (const std::exception& e) {
@@ -196,8 +193,10 @@ class TwinSuite : public testing::TestWithParam<TwinCase> {
   }
 
   void SetUp() override {
-    if (!python_has_torch())
-      GTEST_SKIP() << RETORT_PYTHON " cannot import torch: install Debian's python3-torch to run the PyTorch twin";
+    RETORT_REQUIRE_ORACLE(python_has_torch_and_numpy(), RETORT_PYTHON
+                          " cannot import torch and numpy: install Debian's "
+                          "python3-torch and python3-numpy to run the "
+                          "PyTorch twin");
     ASSERT_TRUE(error_ == nullptr) << *error_;
     const auto cases = Suite::cases();
     for (size_t i = 0; i < cases.size(); ++i)

@@ -348,6 +348,35 @@ TEST(DistillEndToEnd, CudaStudentsFollowTheCpuStudents) {
   }
 }
 
+// `retort distill train --resume` continues exactly where the run stopped, for a student of the cache and of an
+// online teacher: a run stopped by a NaN at step 12 and resumed from its step-8 checkpoint logs the same loss, KD
+// part and cross-entropy, bit for bit, as the run that was never stopped.
+TEST(DistillResume, AStoppedStudentResumesBitIdentically) {
+  const fs::path& root = teacher_with_cache();
+  const fs::path out = fresh_dir("distill_resume");
+  for (const std::string mode : {"cache", "online"}) {
+    auto keys = [&](const std::string& name) {
+      auto overrides = student_overrides(root, out / (name + "_" + mode));
+      overrides.insert(overrides.end(), {"distill.mode=" + mode, "train.checkpoint_every=8"});
+      return overrides;
+    };
+    run_distill_training(resolve_distill(keys("straight")), Device::cpu(), false);
+    auto broken = keys("interrupted");
+    broken.push_back("train.inject_nan_at_step=11");
+    EXPECT_THROW(run_distill_training(resolve_distill(broken), Device::cpu(), false), Error);
+    const TrainResult resumed = run_distill_training(resolve_distill(keys("interrupted")), Device::cpu(), true);
+    EXPECT_EQ(resumed.steps, 24);
+    EXPECT_EQ(resumed.train_losses.size(), 16u) << mode << ": resumed from the step-8 checkpoint";
+    const auto a = read_metrics(out / ("straight_" + mode)), b = read_metrics(out / ("interrupted_" + mode));
+    ASSERT_EQ(a.size(), 24u) << mode;
+    ASSERT_EQ(b.size(), 24u) << mode << ": metrics.jsonl holds each step once after a resume";
+    for (size_t i = 0; i < a.size(); ++i) {
+      for (const char* key : {"loss", "kd", "ce", "lr"})
+        EXPECT_EQ(a[i].at(key).get<double>(), b[i].at(key).get<double>()) << mode << " step " << i + 1 << " " << key;
+    }
+  }
+}
+
 TEST(DistillConfig, ShippedConfigResolves) {
   Config config = Config::load(fs::path(RETORT_SOURCE_DIR) / "configs" / "distill-toy.yaml");
   const ResolvedConfig resolved = config.resolve(distill_schema());

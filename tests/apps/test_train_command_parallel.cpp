@@ -12,7 +12,7 @@
 #include "core/util/error.h"
 #include "distill/train/config_builders.h"
 #include "distill/train/training_loop.h"
-#include "parallel/launch/launcher.h"
+#include "tests/apps/command_ranks_support.h"
 #include "tests/distill/train/training_run_support.h"
 
 namespace retort::distill {
@@ -32,14 +32,8 @@ fs::path fresh(const std::string& name) {
 }
 
 int train_ranks(int nproc, std::vector<std::string> args) {
-  // The build's binary, or RETORT_BINARY when the tests run from a bundle moved to another machine.
-  const char* moved = std::getenv("RETORT_BINARY");
-  std::vector<std::string> argv{moved != nullptr ? moved : RETORT_BINARY, "train"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  LaunchOptions options;
-  options.nproc = nproc;
-  options.grace = std::chrono::seconds(2);
-  return launch_local(argv, options).exit_code;
+  args.insert(args.begin(), "train");
+  return apps_testing::run_command_on_ranks(nproc, args);
 }
 
 TEST(TrainerParallel, TensorParallelFollowsTheDenseRun) {

@@ -8,7 +8,7 @@
 #include "core/util/error.h"
 #include "distill/train/checkpoint.h"
 #include "distill/train/training_loop.h"
-#include "parallel/launch/launcher.h"
+#include "tests/apps/command_ranks_support.h"
 #include "tests/distill/train/training_run_support.h"
 
 namespace retort::distill {
@@ -23,13 +23,8 @@ std::vector<std::string> tiny_rekls(const fs::path& run_dir) {
 }
 
 int train_ranks(int nproc, std::vector<std::string> args) {
-  const char* moved = std::getenv("RETORT_BINARY");
-  std::vector<std::string> argv{moved != nullptr ? moved : RETORT_BINARY, "train"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  LaunchOptions options;
-  options.nproc = nproc;
-  options.grace = std::chrono::seconds(2);
-  return launch_local(argv, options).exit_code;
+  args.insert(args.begin(), "train");
+  return apps_testing::run_command_on_ranks(nproc, args);
 }
 
 void expect_same_losses(const fs::path& a_dir, const fs::path& b_dir) {

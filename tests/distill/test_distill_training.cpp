@@ -1,4 +1,4 @@
-// Off-policy distillation in apps/: the cache rows a student batch gets (across token shards whose windows the
+// Off-policy distillation: the cache rows a student batch gets (across token shards whose windows the
 // teacher cut elsewhere), the errors of a cache that does not match the student's run, and a tiny end-to-end
 // distillation (teacher trained, cache written, student trained from it, and the online reference) whose KD loss
 // goes down.
@@ -25,6 +25,7 @@
 #include "distill/train/evaluation.h"
 #include "distill/train/trained_model.h"
 #include "distill/train/training_loop.h"
+#include "tests/distill/distill_run_support.h"
 #include "tests/distill/train/training_run_support.h"
 
 namespace retort::distill {
@@ -33,6 +34,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::fresh_dir;
 using testing::read_metrics;
+using testing::resolve_distill;
+using testing::small_run_overrides;
+using testing::student_overrides;
+using testing::teacher_with_cache;
 
 constexpr int64_t kVocab = 40;
 constexpr int64_t kSeq = 8;
@@ -195,70 +200,10 @@ TEST(DistillCacheRows, ACacheOfAnotherRunIsAnError) {
 namespace retort::distill {
 namespace {
 
-// A small corpus (the first 40 kB of one fortunes file) so the teacher, its cache and the students take seconds.
-std::vector<std::string> small_run_overrides(const fs::path& run_dir) {
-  static const fs::path corpus = [] {
-    const fs::path file = fs::temp_directory_path() / "retort_test_distill_corpus.txt";
-    std::ifstream in("/usr/share/games/fortunes/computers", std::ios::binary);
-    std::string text(40000, '\0');
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    text.resize(static_cast<size_t>(in.gcount()));
-    std::ofstream(file, std::ios::binary) << text;
-    return file;
-  }();
-  return {"run.dir=" + run_dir.string(),
-          "data.corpus=" + corpus.string(),
-          "data.dir=" + (fs::temp_directory_path() / "retort_test_distill_data").string(),
-          "data.vocab_size=384",
-          "model.block_size=16",
-          "model.n_layer=1",
-          "model.n_head=2",
-          "model.n_embd=32",
-          "train.batch_size=8",
-          "train.seq_len=16",
-          "train.eval_every=0",
-          "train.eval_batches=2",
-          "train.checkpoint_every=0",
-          "optim.warmup_steps=2",
-          "optim.lr=3e-3",
-          "optim.min_lr=3e-3"};
-}
-
-ResolvedConfig resolve_distill(std::vector<std::string> overrides) {
-  Config config;
-  config.apply_overrides(overrides);
-  return config.resolve(distill_schema());
-}
-
 double mean_of(const std::vector<nlohmann::json>& records, size_t begin, size_t end, const std::string& key) {
   double sum = 0;
   for (size_t i = begin; i < end; ++i) sum += records.at(i).at(key).get<double>();
   return sum / static_cast<double>(end - begin);
-}
-
-// The overrides of a student of the shared teacher, its cache in the teacher's folder.
-std::vector<std::string> student_overrides(const fs::path& root, const fs::path& run_dir) {
-  auto overrides = small_run_overrides(run_dir);
-  overrides.insert(overrides.end(), {"train.steps=24", "distill.teacher=" + (root / "teacher").string(),
-                                     "distill.cache_dir=" + (root / "cache").string(), "distill.k=8",
-                                     "distill.cache_dtype=f32", "distill.kd_ratio=0.9"});
-  return overrides;
-}
-
-// A teacher wider and deeper than the student, trained on the same data, and its f32 top-k cache: built once
-// per test process.
-const fs::path& teacher_with_cache() {
-  static const fs::path root = [] {
-    const fs::path dir = fresh_dir("distill_teacher");
-    auto teacher_overrides = small_run_overrides(dir / "teacher");
-    teacher_overrides.insert(teacher_overrides.end(), {"model.n_layer=2", "model.n_embd=48", "train.steps=40"});
-    run_label_training(resolve_distill(teacher_overrides), Device::cpu(), false);
-    const distill::TeacherTopKReport report =
-        write_teacher_cache(resolve_distill(student_overrides(dir, dir / "unused")), Device::cpu());
-    EXPECT_GT(report.cache_tokens, 0);
-    return dir;
-  }();
-  return root;
 }
 
 TEST(DistillEndToEnd, TeacherCacheAndStudentsWhoseKdLossGoesDown) {

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "core/kernels/kernels.h"
-#include "tests/test_support.h"
 #include "tests/core/kernels/topk_test_support.h"
+#include "tests/test_support.h"
 
 namespace retort::topk_testing {
 namespace {

@@ -3,9 +3,9 @@
 // the capacity; and its errors (grad mode, shapes, start positions).
 #include <gtest/gtest.h>
 
-#include "tests/core/ops/attention_cache_test_support.h"
 #include "core/autograd/grad_mode.h"
 #include "core/ops/ops.h"
+#include "tests/core/ops/attention_cache_test_support.h"
 #include "tests/test_support.h"
 
 namespace retort {

@@ -4,8 +4,8 @@
 // 32, a context of 1024) and a whole-context prefill. Skipped without a GPU.
 #include <gtest/gtest.h>
 
-#include "tests/core/ops/attention_cache_test_support.h"
 #include "core/tensor/device.h"
+#include "tests/core/ops/attention_cache_test_support.h"
 
 namespace retort {
 namespace {

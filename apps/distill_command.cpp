@@ -56,7 +56,10 @@ void add_distill_command(CLI::App& app, int* exit_code) {
                    "write the teacher's top-k cache over the training split (resumable)",
                    example,
                    distill::distill_schema,
-                   run_topk},
+                   run_topk,
+                   /*distributed=*/true,
+                   /*resumable=*/false,
+                   /*tensor_parallel_only=*/true},
                   exit_code);
   add_config_verb(*distill,
                   {{"distill", "run"},

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 
+#include "core/util/error.h"
 #include "distill/train/generate_from_run.h"
 #include "parallel/launch/launcher.h"
 
@@ -58,11 +59,22 @@ void add_generate_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--batch-size", args->batch_size, "prompts generated together")->capture_default_str();
   cmd->add_option("--output", args->output, "write one JSON object per prompt to this .jsonl file");
   cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("--nproc", args->nproc, "split the model over this many local tensor-parallel ranks")
-      ->capture_default_str()
+  auto tp = std::make_shared<int>(0);
+  CLI::Option* nproc_opt =
+      cmd->add_option("--nproc", args->nproc, "start this many local ranks; each holds a tensor-parallel slice")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 4096));
+  cmd->add_option("--tp", *tp, "tensor-parallel degree: the same as --nproc here (every rank holds a slice)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--dtype", args->dtype, "compute dtype, f32 or bf16 (default: the run's model.dtype)");
-  cmd->callback([args, prompt, prompts_file, prompt_opt, prompts_opt, exit_code] {
+  cmd->callback([args, prompt, prompts_file, prompt_opt, prompts_opt, nproc_opt, tp, exit_code] {
+    if (*tp > 0) {
+      RETORT_INPUT_CHECK(nproc_opt->count() == 0 || args->nproc == *tp,
+                         "--nproc {} and --tp {} disagree: generate splits the model over all its ranks, so give one "
+                         "of them",
+                         args->nproc, *tp);
+      args->nproc = *tp;
+    }
     if (prompt_opt->count() > 0) args->prompt = *prompt;
     if (prompts_opt->count() > 0) args->prompts_file = *prompts_file;
     distill::check_generation_request(*args);  // bad options fail here, not once per rank

@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "core/tensor/device_choice.h"
 #include "core/tensor/dtype.h"
 #include "core/util/error.h"
 #include "distill/train/trained_model.h"
@@ -66,18 +67,6 @@ void check_generation_request(const GenerationRequest& args) {
   sampling_from(args);
 }
 
-namespace {
-
-Device requested_device(const std::string& name) {
-  const Device device = Device::parse(name);
-  if (device.is_cuda())
-    RETORT_INPUT_CHECK(device.index < cuda_device_count(), "--device {}: this machine has {} CUDA device(s)",
-                       device.str(), cuda_device_count());
-  return device;
-}
-
-}  // namespace
-
 std::vector<GenerationRecord> generate_from_run(const GenerationRequest& args, std::ostream& out) {
   check_generation_request(args);
   generate::GenerationOptions options;
@@ -92,7 +81,8 @@ std::vector<GenerationRecord> generate_from_run(const GenerationRequest& args, s
                        args.prompt ? std::string("--prompt") : fmt::format("prompt {}", i));
 
   // Every rank of a launch holds a tensor-parallel slice of the model.
-  const DistributedRun dist = start_distributed_run(requested_device(args.device), read_launch_env().world_size);
+  const DistributedRun dist =
+      start_distributed_run(usable_device(args.device, "--device"), read_launch_env().world_size);
   const bool main = dist.is_main();
   if (!main) spdlog::set_level(spdlog::level::warn);
   const TrainedModel trained = load_trained_model(args.run_dir, dist.device, dist.grid.tp);

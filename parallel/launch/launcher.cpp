@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/util/error.h"
+#include "parallel/launch/rank_errors.h"
 
 namespace retort {
 
@@ -93,6 +94,9 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
       own_rendezvous ? fs::temp_directory_path() / fmt::format("retort-rdzv-{}-{}", ::getpid(), std::time(nullptr))
                      : fs::path(options.rendezvous);
   fs::create_directories(rendezvous);
+  // The ranks' error messages, printed once each after the ranks exit (parallel/launch/rank_errors.h).
+  const fs::path errors = rendezvous / fmt::format("errors-{}", ::getpid());
+  fs::create_directories(errors);
 
   // Every rank's OpenMP team would otherwise take every CPU: N teams spin-waiting against each other on the same
   // cores made a tp 4 step of the toy GPT on 2 cores 5x slower (docs/parallel.md). A value the caller set wins.
@@ -103,7 +107,8 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
                                                             {"WORLD_SIZE", std::to_string(options.nproc)},
                                                             {"LOCAL_RANK", std::to_string(rank)},
                                                             {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
-                                                            {"RETORT_RENDEZVOUS", rendezvous.string()}};
+                                                            {"RETORT_RENDEZVOUS", rendezvous.string()},
+                                                            {kRankErrorsVariable, errors.string()}};
     if (share_cpus) env.emplace_back("OMP_NUM_THREADS", std::to_string(default_omp_threads(options.nproc)));
     pids.push_back(spawn_rank(argv, env));
   }
@@ -124,7 +129,8 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
       --running;
       const int code = status_to_code(status);
       if (code != 0 && result.failed_rank < 0 && !terminating) {
-        result = {code, rank};
+        result.exit_code = code;
+        result.failed_rank = rank;
         spdlog::error("retort launch: rank {} exited with status {}; stopping the other ranks", rank, code);
         for (pid_t other : pids)
           if (other > 0) ::kill(other, SIGTERM);
@@ -135,7 +141,7 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
     }
     if (stop_signal != 0 && !terminating) {
       spdlog::error("retort launch: stopped by signal {}; stopping the ranks", static_cast<int>(stop_signal));
-      result = {128 + static_cast<int>(stop_signal), -1};
+      result.exit_code = 128 + static_cast<int>(stop_signal);
       for (pid_t other : pids)
         if (other > 0) ::kill(other, SIGTERM);
       terminating = true;
@@ -147,10 +153,12 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (own_rendezvous) {
-    std::error_code ignored;
-    fs::remove_all(rendezvous, ignored);
+  for (const RankErrorGroup& group : collect_rank_errors(errors, result.failed_rank)) {
+    spdlog::error("{}", format_rank_error_group(group));
+    result.rank_errors.push_back(format_rank_error_group(group));
   }
+  std::error_code ignored;
+  fs::remove_all(own_rendezvous ? rendezvous : errors, ignored);
   return result;
 }
 

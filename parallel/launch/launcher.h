@@ -20,6 +20,9 @@ struct LaunchResult {
   int exit_code = 0;  // 0, or the first failing rank's status (128 + signal for a killed rank, or for a signal
                       // that stopped the launcher itself: then every rank is stopped and failed_rank stays -1)
   int failed_rank = -1;
+  // The ranks' error messages, one line per distinct message ("ranks 0, 1: ..."), the first failure's first; the
+  // launcher has printed them.
+  std::vector<std::string> rank_errors;
 };
 
 // The OpenMP threads each of nproc local ranks gets when OMP_NUM_THREADS is not set: the CPUs this process may

@@ -15,7 +15,8 @@ namespace retort::distill {
 namespace fs = std::filesystem;
 
 distill::TeacherTopKReport write_teacher_cache(const ResolvedConfig& config, Device requested_device) {
-  const DistributedRun dist = start_distributed_run(requested_device, static_cast<int>(config.get_int("parallel.tp")));
+  const DistributedRun dist = start_distributed_run(requested_device, static_cast<int>(config.get_int("parallel.tp")),
+                                                    comm_timeout_from(config));
   RETORT_INPUT_CHECK(dist.grid.dp_size == 1,
                      "retort distill topk runs one tensor-parallel group: launch exactly parallel.tp ranks (got {} "
                      "ranks for parallel.tp = {})",

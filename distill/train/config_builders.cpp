@@ -66,6 +66,10 @@ ConfigSchema training_schema() {
             "tensor-parallel ranks per model replica (the launch's ranks / tp replicas "
             "train data-parallel)")
       .range(1, 4096);
+  s.add_float("parallel.timeout_s", 300,
+              "seconds any rank waits for a peer (joining, or in a collective) before the run stops with an error "
+              "naming the lost peer; a dead rank's peers fail at once, a hung one's after this long")
+      .greater_than(0);
 
   s.add_string("loss.name", "cross_entropy", "training loss").choices({"cross_entropy"});
   s.add_int("loss.ignore_index", -100, "target id that contributes no loss");
@@ -93,6 +97,10 @@ data::DatasetOptions dataset_options_from(const ResolvedConfig& c) {
                                                            {"data.val_fraction", &data::DatasetOptions::val_fraction},
                                                            {"run.seed", &data::DatasetOptions::seed}};
   return binding.read(c);
+}
+
+std::chrono::milliseconds comm_timeout_from(const ResolvedConfig& config) {
+  return std::chrono::milliseconds(static_cast<int64_t>(1000 * config.get_double("parallel.timeout_s")));
 }
 
 GptConfig gpt_config_from(const ResolvedConfig& c, int64_t vocab_size) {

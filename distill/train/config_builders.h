@@ -1,5 +1,6 @@
 #pragma once
 // The keys `retort train` accepts (configs/toy-gpt.yaml sets them; `retort train --help-config` lists them).
+#include <chrono>
 #include <memory>
 
 #include "core/config/config_schema.h"
@@ -15,6 +16,9 @@ ConfigSchema training_schema();
 
 // The data.* keys (and run.seed, which drives the document split).
 data::DatasetOptions dataset_options_from(const ResolvedConfig& config);
+
+// parallel.timeout_s: how long a rank waits for a peer.
+std::chrono::milliseconds comm_timeout_from(const ResolvedConfig& config);
 
 GptConfig gpt_config_from(const ResolvedConfig& config, int64_t vocab_size);
 optim::LrSchedule lr_schedule_from(const ResolvedConfig& config);

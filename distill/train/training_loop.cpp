@@ -55,7 +55,8 @@ double dp_mean(double value, const ProcessGrid& grid, Device device) {
 
 TrainResult run_training(const ResolvedConfig& config, Device requested_device, bool resume,
                          TrainingObjective& objective) {
-  const DistributedRun dist = start_distributed_run(requested_device, static_cast<int>(config.get_int("parallel.tp")));
+  const DistributedRun dist = start_distributed_run(requested_device, static_cast<int>(config.get_int("parallel.tp")),
+                                                    comm_timeout_from(config));
   const ProcessGrid& grid = dist.grid;
   const Device device = dist.device;
   const bool main = dist.is_main();

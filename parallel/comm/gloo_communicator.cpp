@@ -183,10 +183,12 @@ void GlooCommunicator::guarded(std::string_view what, Body&& body) {
     throw;  // our own checks: the group is still consistent
   } catch (const std::exception& e) {
     broken_ = e.what();
+    // In a pair the lost peer is known; in a larger group the transport error does not say which one it was.
+    const std::string peer = size_ == 2 ? fmt::format("The peer, rank {} of this group,", 1 - rank_) : "A peer rank";
     throw Error(fmt::format(
-        "{} on {} failed: {}. A peer rank probably exited, failed, or did not reach the same collective within "
-        "the {} timeout; the first error on the other ranks says why",
-        what, describe(), e.what(), seconds_text(options_.timeout)));
+        "{} on {} failed: {}. {} probably exited, failed, or did not reach the same collective within the {} "
+        "timeout; the first error on the other ranks says why",
+        what, describe(), e.what(), peer, seconds_text(options_.timeout)));
   }
 }
 

@@ -13,7 +13,7 @@ void DistributedRun::barrier() const {
   if (host_world) host_world->barrier();
 }
 
-DistributedRun start_distributed_run(Device requested, int tp_size) {
+DistributedRun start_distributed_run(Device requested, int tp_size, std::chrono::milliseconds timeout) {
   DistributedRun run;
   run.env = read_launch_env();
   run.device = requested;
@@ -33,10 +33,13 @@ DistributedRun start_distributed_run(Device requested, int tp_size) {
                        run.env.local_rank, gpus, run.env.local_world_size, gpus);
     run.device = Device::cuda(run.env.local_rank);
   }
-  run.host_world = connect_world(run.env);
+  GlooOptions gloo;
+  gloo.timeout = timeout;
+  run.host_world = connect_world(run.env, gloo);
   std::shared_ptr<Communicator> world = run.host_world;
 #ifdef RETORT_WITH_CUDA
-  if (run.device.is_cuda()) world = NcclCommunicator::create(run.host_world, run.device.index);
+  if (run.device.is_cuda())
+    world = NcclCommunicator::create(run.host_world, run.device.index, NcclOptions{.timeout = timeout});
 #endif
   RETORT_CHECK(run.device.is_cpu() || world->backend() == "nccl", "CUDA tensors need the NCCL backend");
   run.grid = make_process_grid(world, tp_size);

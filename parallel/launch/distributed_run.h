@@ -3,6 +3,7 @@
 // device (cuda:LOCAL_RANK when the run is on GPUs: one GPU per local rank), the world group on the right backend
 // (Gloo for CPU tensors, NCCL for CUDA tensors) and the dp x tp grid over it. A single process without a
 // launcher gets a grid of null groups and runs exactly the dense code.
+#include <chrono>
 #include <memory>
 
 #include "core/tensor/device.h"
@@ -22,7 +23,10 @@ struct DistributedRun {
 };
 
 // `requested`: the device the config or --device asked for; "cuda" means this rank's local GPU. tp_size:
-// parallel.tp. Errors (too few GPUs, a tp that does not divide the world) name the setting to change.
-DistributedRun start_distributed_run(Device requested, int tp_size);
+// parallel.tp. timeout: how long any join or collective may wait for a peer (parallel.timeout_s) before every
+// waiting rank fails with an error naming the lost peer. Errors (too few GPUs, a tp that does not divide the
+// world) name the setting to change.
+DistributedRun start_distributed_run(Device requested, int tp_size,
+                                     std::chrono::milliseconds timeout = kDefaultCommTimeout);
 
 }  // namespace retort

@@ -80,6 +80,7 @@ class ReferenceRekls {
   const MatrixD& left_factor() const { return L_; }
   const MatrixD& right_factor() const { return R_; }
   const Eigen::VectorXd& left_eigenvalues() const { return lamL_; }
+  const Eigen::VectorXd& right_eigenvalues() const { return lamR_; }
 
  private:
   MatrixD inverse_diagonal(const Eigen::VectorXd& lam, double dim) const {

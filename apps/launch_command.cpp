@@ -16,7 +16,12 @@ void add_launch_command(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("launch", "start N local ranks of a retort command (like torchrun)");
   cmd->add_option("--nproc", args->options.nproc, "ranks to start on this machine (one GPU each)")->required();
   cmd->add_option("--rendezvous", args->options.rendezvous,
-                  "folder every rank can see (default: a fresh temporary one)");
+                  "a folder every rank can see, or redis://HOST:PORT/PREFIX (default on one node: a fresh temporary "
+                  "folder); new for every run");
+  cmd->add_option("--nnodes", args->options.nnodes, "nodes taking part, each running its own retort launch")
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--node-rank", args->options.node_rank, "this node's index, 0 .. nnodes - 1")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--exec", args->exec, "run a program instead of a retort subcommand (implied by a path with a /)");
   cmd->add_option("command", args->command, "after --: the retort subcommand and its arguments")->required();
   cmd->callback([args, exit_code] {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/util/error.h"
+#include "parallel/comm/redis_rendezvous.h"
 
 namespace retort {
 namespace {
@@ -115,7 +116,9 @@ std::shared_ptr<GlooCommunicator> connect_world(const LaunchEnv& env, GlooOption
                  kGlooIfaceEnv);
     options.hostname = name;
   }
-  auto store = env.world_size == 1 ? make_hash_store() : make_file_store(env.rendezvous);
+  auto store = env.world_size == 1            ? make_hash_store()
+               : is_redis_url(env.rendezvous) ? make_redis_store(env.rendezvous)
+                                              : make_file_store(env.rendezvous);
   return GlooCommunicator::create(std::move(store), "world", env.rank, env.world_size, std::move(options));
 }
 

@@ -7,8 +7,9 @@
 //                             when it is a plain number)
 // The first launcher whose rank variable is set wins, so `retort launch` inside an srun allocation uses its
 // own numbering. Nothing set: a single process, rank 0 of 1.
-// The rendezvous is a folder (RETORT_RENDEZVOUS) that every rank can see, on a shared filesystem across
-// nodes; it must be fresh for every run, since the store refuses to overwrite keys of an earlier run.
+// The rendezvous (RETORT_RENDEZVOUS) is a folder that every rank can see, on a shared filesystem across nodes, or
+// a Redis server, redis://HOST:PORT/PREFIX, for nodes without one (redis_rendezvous.h); either must be fresh for
+// every run (a new folder, a new prefix), since the stores refuse to overwrite keys of an earlier run.
 #include <functional>
 #include <memory>
 #include <optional>
@@ -39,9 +40,10 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 LaunchEnv read_launch_env(const EnvLookup& lookup);
 LaunchEnv read_launch_env();  // from this process's environment
 
-// The Gloo world group of this process: a FileStore in env.rendezvous (an in-memory store for a single
-// rank). Unless options name an interface or host, RETORT_GLOO_IFACE / RETORT_GLOO_HOSTNAME decide where this
-// rank listens; otherwise loopback when all ranks are on this node, and this host's name when they are not.
+// The Gloo world group of this process: a FileStore in env.rendezvous, or a Redis store for a redis:// address (an
+// in-memory store for a single rank). Unless options name an interface or host, RETORT_GLOO_IFACE /
+// RETORT_GLOO_HOSTNAME decide where this rank listens; otherwise loopback when all ranks are on this node, and this
+// host's name when they are not.
 std::shared_ptr<GlooCommunicator> connect_world(const LaunchEnv& env, GlooOptions options = {});
 
 }  // namespace retort

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/util/error.h"
+#include "parallel/comm/redis_rendezvous.h"
 #include "parallel/launch/rank_errors.h"
 
 namespace retort {
@@ -89,13 +90,22 @@ int default_omp_threads(int nproc) {
 LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOptions& options) {
   RETORT_INPUT_CHECK(!argv.empty(), "retort launch: nothing to run (give the command after --)");
   RETORT_INPUT_CHECK(options.nproc >= 1, "retort launch: --nproc must be at least 1, got {}", options.nproc);
+  RETORT_INPUT_CHECK(options.nnodes >= 1 && options.node_rank >= 0 && options.node_rank < options.nnodes,
+                     "retort launch: --node-rank {} is not one of the {} nodes (0 .. {})", options.node_rank,
+                     options.nnodes, options.nnodes - 1);
+  RETORT_INPUT_CHECK(options.nnodes == 1 || !options.rendezvous.empty(),
+                     "retort launch: {} nodes need a rendezvous they all reach: --rendezvous with a shared folder or "
+                     "redis://HOST:PORT/PREFIX (the same on every node, new for every run)",
+                     options.nnodes);
   const bool own_rendezvous = options.rendezvous.empty();
   const fs::path rendezvous =
       own_rendezvous ? fs::temp_directory_path() / fmt::format("retort-rdzv-{}-{}", ::getpid(), std::time(nullptr))
                      : fs::path(options.rendezvous);
-  fs::create_directories(rendezvous);
-  // The ranks' error messages, printed once each after the ranks exit (parallel/launch/rank_errors.h).
-  const fs::path errors = rendezvous / fmt::format("errors-{}", ::getpid());
+  if (!is_redis_url(options.rendezvous)) fs::create_directories(rendezvous);
+  // The ranks' error messages, printed once each after the ranks exit (parallel/launch/rank_errors.h); on this node,
+  // whatever the rendezvous is.
+  const fs::path errors =
+      fs::temp_directory_path() / fmt::format("retort-errors-{}-{}", ::getpid(), std::time(nullptr));
   fs::create_directories(errors);
 
   // Every rank's OpenMP team would otherwise take every CPU: N teams spin-waiting against each other on the same
@@ -103,12 +113,11 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
   const bool share_cpus = options.nproc > 1 && std::getenv("OMP_NUM_THREADS") == nullptr;
   std::vector<pid_t> pids;
   for (int rank = 0; rank < options.nproc; ++rank) {
-    std::vector<std::pair<std::string, std::string>> env = {{"RANK", std::to_string(rank)},
-                                                            {"WORLD_SIZE", std::to_string(options.nproc)},
-                                                            {"LOCAL_RANK", std::to_string(rank)},
-                                                            {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
-                                                            {"RETORT_RENDEZVOUS", rendezvous.string()},
-                                                            {kRankErrorsVariable, errors.string()}};
+    const int global_rank = options.node_rank * options.nproc + rank;
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"RANK", std::to_string(global_rank)},      {"WORLD_SIZE", std::to_string(options.nnodes * options.nproc)},
+        {"LOCAL_RANK", std::to_string(rank)},       {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
+        {"RETORT_RENDEZVOUS", rendezvous.string()}, {kRankErrorsVariable, errors.string()}};
     if (share_cpus) env.emplace_back("OMP_NUM_THREADS", std::to_string(default_omp_threads(options.nproc)));
     pids.push_back(spawn_rank(argv, env));
   }
@@ -124,7 +133,7 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
     if (pid > 0) {
       const auto it = std::find(pids.begin(), pids.end(), pid);
       if (it == pids.end()) continue;
-      const int rank = static_cast<int>(it - pids.begin());
+      const int rank = options.node_rank * options.nproc + static_cast<int>(it - pids.begin());  // the global rank
       *it = -1;
       --running;
       const int code = status_to_code(status);
@@ -158,7 +167,8 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
     result.rank_errors.push_back(format_rank_error_group(group));
   }
   std::error_code ignored;
-  fs::remove_all(own_rendezvous ? rendezvous : errors, ignored);
+  fs::remove_all(errors, ignored);
+  if (own_rendezvous) fs::remove_all(rendezvous, ignored);
   return result;
 }
 

@@ -11,15 +11,21 @@
 namespace retort {
 
 struct LaunchOptions {
-  int nproc = 1;
-  std::string rendezvous;  // empty: a new folder under the system temp directory, removed afterwards
+  int nproc = 1;  // ranks on this node
+  // Several nodes, as torchrun's --nnodes / --node-rank: this node's ranks are node_rank * nproc ... + nproc - 1
+  // of nnodes * nproc, and every node's launcher must name the same rendezvous.
+  int nnodes = 1;
+  int node_rank = 0;
+  // A folder every rank can see, or redis://HOST:PORT/PREFIX; empty (one node only): a new folder under the
+  // system temp directory, removed afterwards.
+  std::string rendezvous;
   std::chrono::seconds grace{10};
 };
 
 struct LaunchResult {
-  int exit_code = 0;  // 0, or the first failing rank's status (128 + signal for a killed rank, or for a signal
-                      // that stopped the launcher itself: then every rank is stopped and failed_rank stays -1)
-  int failed_rank = -1;
+  int exit_code = 0;     // 0, or the first failing rank's status (128 + signal for a killed rank, or for a signal
+                         // that stopped the launcher itself: then every rank is stopped and failed_rank stays -1)
+  int failed_rank = -1;  // a global rank (RANK)
   // The ranks' error messages, one line per distinct message ("ranks 0, 1: ..."), the first failure's first; the
   // launcher has printed them.
   std::vector<std::string> rank_errors;

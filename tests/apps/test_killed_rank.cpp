@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/apps/process_support.h"
 #include "tests/distill/train/training_run_support.h"
 #include "tests/test_support.h"
 
@@ -41,36 +42,6 @@ std::vector<std::string> long_training(const fs::path& run_dir) {
   return argv;
 }
 
-// Starts argv with `env` added and its stdout and stderr in `log`.
-pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
-            const fs::path& log) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-// The exit status (128 + signal when killed), or nothing when `pid` is still running after `limit`.
-std::optional<int> wait_for_exit(pid_t pid, std::chrono::seconds limit) {
-  const auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid)
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return std::nullopt;
-}
-
 // Waits until rank 0 has logged `steps` training steps (the ranks are inside their collectives).
 bool training_has_started(const fs::path& run_dir, size_t steps, std::chrono::seconds limit) {
   const auto deadline = Clock::now() + limit;
@@ -82,11 +53,6 @@ bool training_has_started(const fs::path& run_dir, size_t steps, std::chrono::se
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;
-}
-
-std::string read_log(const fs::path& log) {
-  std::ifstream in(log);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 // Two ranks of a training run started by hand, as a cluster's launcher would.

@@ -103,7 +103,7 @@ LaunchEnv read_launch_env() {
   });
 }
 
-std::shared_ptr<GlooCommunicator> connect_world(const LaunchEnv& env, GlooOptions options) {
+std::shared_ptr<GlooCommunicator> connect_world(const LaunchEnv& env, GlooOptions options, const std::string& name) {
   if (const char* iface = std::getenv(kGlooIfaceEnv)) {
     options.iface = iface;
   } else if (const char* host = std::getenv(kGlooHostnameEnv)) {
@@ -116,7 +116,7 @@ std::shared_ptr<GlooCommunicator> connect_world(const LaunchEnv& env, GlooOption
     options.hostname = name;
   }
   auto store = env.world_size == 1 ? make_hash_store() : make_file_store(env.rendezvous);
-  return GlooCommunicator::create(std::move(store), "world", env.rank, env.world_size, std::move(options));
+  return GlooCommunicator::create(std::move(store), name, env.rank, env.world_size, std::move(options));
 }
 
 }  // namespace retort

@@ -96,14 +96,14 @@ StudentOutcome train_student(const std::string& name, const ResolvedConfig& conf
 
 // The teacher's run config: the student's data and optimizer settings with the teacher's shape and budget.
 ResolvedConfig teacher_config_of(const ResolvedConfig& config, const fs::path& teacher_dir) {
-  return derived(config, {"run.dir=" + teacher_dir.string(), "distill.teacher=", "distill.cache_dir=",
-                          fmt::format("model.n_layer={}", config.get_int("teacher.n_layer")),
-                          fmt::format("model.n_head={}", config.get_int("teacher.n_head")),
-                          fmt::format("model.n_embd={}", config.get_int("teacher.n_embd")),
-                          fmt::format("train.steps={}", config.get_int("teacher.steps")),
-                          fmt::format("train.checkpoint_every={}", config.get_int("teacher.checkpoint_every")),
-                          fmt::format("optim.lr={}", config.get_double("teacher.lr")),
-                          fmt::format("optim.min_lr={}", config.get_double("teacher.min_lr"))});
+  return derived(config,
+                 {"run.dir=" + teacher_dir.string(), fmt::format("model.n_layer={}", config.get_int("teacher.n_layer")),
+                  fmt::format("model.n_head={}", config.get_int("teacher.n_head")),
+                  fmt::format("model.n_embd={}", config.get_int("teacher.n_embd")),
+                  fmt::format("train.steps={}", config.get_int("teacher.steps")),
+                  fmt::format("train.checkpoint_every={}", config.get_int("teacher.checkpoint_every")),
+                  fmt::format("optim.lr={}", config.get_double("teacher.lr")),
+                  fmt::format("optim.min_lr={}", config.get_double("teacher.min_lr"))});
 }
 
 bool owns_cache(const ResolvedConfig& config) {

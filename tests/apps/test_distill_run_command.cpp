@@ -60,9 +60,9 @@ TEST(DistillRunCommand, TwoTensorParallelRanksRunThePipelineAndTheFolderRuleHold
     std::vector<std::string> a{"distill", "run", "--nproc", "2"};
     a.insert(a.end(), flags.begin(), flags.end());
     for (const std::string& key : testing::small_run_overrides(run)) a.push_back(key);
-    for (const char* key : {"parallel.tp=2", "teacher.n_layer=2", "teacher.n_head=2", "teacher.n_embd=48",
-                            "teacher.steps=6", "teacher.checkpoint_every=3", "train.steps=6", "distill.k=8",
-                            "distill.cache_dtype=f32"})
+    for (const char* key :
+         {"parallel.tp=2", "teacher.n_layer=2", "teacher.n_head=2", "teacher.n_embd=48", "teacher.steps=6",
+          "teacher.checkpoint_every=3", "train.steps=6", "distill.k=8", "distill.cache_dtype=f32"})
       a.push_back(key);
     return a;
   };

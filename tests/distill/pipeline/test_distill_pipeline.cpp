@@ -20,14 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A teacher of 8 steps checkpointed every 4, two students of 12 steps checkpointed every 4: seconds in all.
 std::vector<std::string> pipeline_overrides(const fs::path& run_dir) {
-  auto overrides = testing::small_run_overrides(run_dir);
-  overrides.insert(overrides.end(), {"teacher.n_layer=2", "teacher.n_head=2", "teacher.n_embd=48", "teacher.steps=8",
-                                     "teacher.checkpoint_every=4", "teacher.lr=3e-3", "teacher.min_lr=3e-3",
-                                     "train.steps=12", "train.checkpoint_every=4", "distill.k=8",
-                                     "distill.cache_dtype=f32", "distill.kd_ratio=0.9"});
-  return overrides;
+  return testing::pipeline_run_overrides(run_dir);
 }
 
 DistillRunReport run_pipeline(std::vector<std::string> overrides, RunStart start,
@@ -108,8 +102,8 @@ TEST(DistillPipeline, ARerunWithoutAFlagIsRefusedAndAnotherTeacherShapeIsAnError
   EXPECT_NE(refused.find("--resume"), std::string::npos) << refused;
   EXPECT_NE(refused.find("--overwrite"), std::string::npos) << refused;
 
-  const std::string shape = input_error_of(
-      [&] { run_pipeline(pipeline_overrides(run), RunStart::kResume, {"teacher.n_layer=3"}); });
+  const std::string shape =
+      input_error_of([&] { run_pipeline(pipeline_overrides(run), RunStart::kResume, {"teacher.n_layer=3"}); });
   EXPECT_NE(shape.find("teacher.n_layer"), std::string::npos) << shape;
   EXPECT_NE(shape.find("teacher.n_layer=2"), std::string::npos) << "the fix: " << shape;
   const std::string data =

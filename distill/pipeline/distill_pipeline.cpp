@@ -287,11 +287,15 @@ std::string format_report_table(const DistillRunReport& r) {
   const double gain = r.labels.eval.loss - r.kd.eval.loss;
   out += fmt::format(
       "\n  the KD student is {:.4f} nats/token {} than the label-only one\n"
-      "  time: teacher {}, cache {} ({} tokens, {:.0f} bytes/token), KD student {}, label-only student {}, total {}\n"
+      "  time: teacher {}, cache {}, KD student {}, label-only student {}, total {} (a stage finished by an earlier "
+      "run counts 0)\n"
       "  results.json and loss_curves.svg in {}\n",
       std::abs(gain), gain > 0 ? "better" : "worse", format_duration(r.teacher_seconds),
-      format_duration(r.cache_seconds), r.cache_tokens, r.cache_bytes_per_token, format_duration(r.kd.train_seconds),
-      format_duration(r.labels.train_seconds), format_duration(r.total_seconds), r.run_dir.string());
+      r.cache_tokens > 0 ? fmt::format("{} ({} tokens, {:.0f} bytes/token)", format_duration(r.cache_seconds),
+                                       r.cache_tokens, r.cache_bytes_per_token)
+                         : std::string("none (online teacher)"),
+      format_duration(r.kd.train_seconds), format_duration(r.labels.train_seconds), format_duration(r.total_seconds),
+      r.run_dir.string());
   return out;
 }
 

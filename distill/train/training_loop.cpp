@@ -71,7 +71,7 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   const std::optional<fs::path> resume_from = resume ? latest_checkpoint(result.run_dir) : std::nullopt;
   RETORT_INPUT_CHECK(!resume || resume_from.has_value(),
                      "--resume: {} has no checkpoint yet, so there is nothing to continue: run without --resume to "
-                     "start it (add --overwrite if the folder holds an earlier attempt)",
+                     "start it (with --overwrite instead if the folder holds an earlier attempt)",
                      result.run_dir.string());
   if (main) fs::create_directories(result.run_dir);
   const uint64_t seed = static_cast<uint64_t>(config.get_int("run.seed"));

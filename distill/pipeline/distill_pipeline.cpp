@@ -164,7 +164,7 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   const ResolvedConfig pipeline_config = derived(config, cache_overrides);
 
   check_before_work(config, start, dist);
-  prepare_run_folder_on_ranks(report.run_dir, start, pipeline_run_outputs(config), dist);
+  prepare_run_folder_on_ranks(report.run_dir, start, pipeline_run_outputs(config), training_run_outputs(), dist);
   if (main) {
     fs::create_directories(report.run_dir);
     write_text_atomic(report.run_dir / "config.yaml", config.to_yaml(true));

@@ -23,6 +23,11 @@ const std::vector<std::string>& training_run_outputs() {
   return names;
 }
 
+const std::vector<std::string>& distill_run_results() {
+  static const std::vector<std::string> names{"results.json", "loss_curves.svg", "student_kd", "student_labels"};
+  return names;
+}
+
 std::vector<std::string> results_in(const fs::path& dir, const std::vector<std::string>& outputs) {
   std::vector<std::string> found;
   for (const std::string& name : outputs)
@@ -30,10 +35,17 @@ std::vector<std::string> results_in(const fs::path& dir, const std::vector<std::
   return found;
 }
 
-void prepare_run_folder(const fs::path& dir, RunStart start, const std::vector<std::string>& outputs) {
+void prepare_run_folder(const fs::path& dir, RunStart start, const std::vector<std::string>& outputs,
+                        const std::vector<std::string>& others) {
   if (start == RunStart::kResume) return;
+  const std::vector<std::string> foreign = results_in(dir, others);
+  RETORT_INPUT_CHECK(start != RunStart::kOverwrite || foreign.empty(),
+                     "--overwrite: the folder '{}' holds another kind of run ({}), which this command does not "
+                     "delete: set run.dir to another folder (or delete that run yourself)",
+                     dir.string(), fmt::join(foreign, ", "));
   if (start == RunStart::kNew) {
-    const std::vector<std::string> found = results_in(dir, outputs);
+    std::vector<std::string> found = results_in(dir, outputs);
+    found.insert(found.end(), foreign.begin(), foreign.end());
     RETORT_INPUT_CHECK(found.empty(),
                        "the run folder '{}' already holds a run ({}): add --resume to continue it, --overwrite to "
                        "delete it and start again, or set run.dir to another folder",
@@ -45,11 +57,11 @@ void prepare_run_folder(const fs::path& dir, RunStart start, const std::vector<s
 }
 
 void prepare_run_folder_on_ranks(const fs::path& dir, RunStart start, const std::vector<std::string>& outputs,
-                                 const DistributedRun& run) {
+                                 const std::vector<std::string>& others, const DistributedRun& run) {
   std::exception_ptr refusal;
   if (run.is_main()) {
     try {
-      prepare_run_folder(dir, start, outputs);
+      prepare_run_folder(dir, start, outputs, others);
     } catch (...) {
       refusal = std::current_exception();
     }

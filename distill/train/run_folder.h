@@ -24,16 +24,24 @@ RunStart run_start_from_flags(bool resume, bool overwrite);  // both: an InputEr
 // writes into its folder; all but config.yaml count as results.
 const std::vector<std::string>& training_run_outputs();
 
+// What marks a folder as a `distill run`'s (its teacher/ and teacher_topk/ may also serve a `distill train` whose
+// run.dir holds them, so they are not among these).
+const std::vector<std::string>& distill_run_results();
+
 // The entries of `outputs` that exist in `dir`, config.yaml left out.
 std::vector<std::string> results_in(const std::filesystem::path& dir, const std::vector<std::string>& outputs);
 
-// Applies the rule to `dir`, whose run writes `outputs`: kNew with results present is an InputError that names the
-// folder, what is in it, --resume and --overwrite; kOverwrite removes `outputs` from it. kResume leaves the folder
-// as it is (whether it holds something to resume is the run's to say).
-void prepare_run_folder(const std::filesystem::path& dir, RunStart start, const std::vector<std::string>& outputs);
+// Applies the rule to `dir`, whose run writes `outputs`; `others`: what another kind of run leaves there (a
+// training run's outputs in a `distill run` folder, and the other way). kNew with results of either present is an
+// InputError that names the folder, what is in it, --resume and --overwrite; kOverwrite removes `outputs` from it,
+// but refuses a folder that holds another kind of run (deleting only this kind's files would mix the two). kResume
+// leaves the folder as it is (whether it holds something to resume is the run's to say).
+void prepare_run_folder(const std::filesystem::path& dir, RunStart start, const std::vector<std::string>& outputs,
+                        const std::vector<std::string>& others);
 
 // prepare_run_folder on rank 0, its outcome shared with every rank of `run` (collective when run has several).
 void prepare_run_folder_on_ranks(const std::filesystem::path& dir, RunStart start,
-                                 const std::vector<std::string>& outputs, const DistributedRun& run);
+                                 const std::vector<std::string>& outputs, const std::vector<std::string>& others,
+                                 const DistributedRun& run);
 
 }  // namespace retort::distill

@@ -66,7 +66,7 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   result.main_rank = main;
   result.run_dir = config.get_string("run.dir");
   // Before the data or the model: a refused folder costs nothing and loses nothing.
-  prepare_run_folder_on_ranks(result.run_dir, start, training_run_outputs(), dist);
+  prepare_run_folder_on_ranks(result.run_dir, start, training_run_outputs(), distill_run_results(), dist);
   const bool resume = start == RunStart::kResume;
   const std::optional<fs::path> resume_from = resume ? latest_checkpoint(result.run_dir) : std::nullopt;
   RETORT_INPUT_CHECK(!resume || resume_from.has_value(),

@@ -131,6 +131,19 @@ TEST(DistillPipeline, OnlineModeWritesNoCacheANamedTeacherIsUsedAndOverwriteKeep
   EXPECT_EQ(second.kd.eval.loss, first.kd.eval.loss) << "the same run again, from scratch";
 }
 
+TEST(DistillPipeline, NeverWritesIntoATrainingRunsFolder) {
+  // The straight pipeline's teacher is a plain training run: a `distill run` with run.dir there must not touch it.
+  const fs::path teacher = straight_pipeline() / "teacher";
+  const std::string config = read_text(teacher / "config.yaml");
+  for (RunStart start : {RunStart::kNew, RunStart::kOverwrite}) {
+    const std::string message = input_error_of([&] { run_pipeline(pipeline_overrides(teacher), start); });
+    EXPECT_NE(message.find("metrics.jsonl"), std::string::npos) << message;
+  }
+  EXPECT_EQ(read_text(teacher / "config.yaml"), config);
+  EXPECT_FALSE(fs::exists(teacher / "student_kd"));
+  EXPECT_EQ(testing::read_metrics(teacher).size(), 8u);
+}
+
 TEST(DistillPipeline, ANamedTeacherThatDoesNotExistIsAnError) {
   const fs::path run = testing::fresh_dir("pipeline_no_teacher");
   const std::string message = input_error_of([&] {

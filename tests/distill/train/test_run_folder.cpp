@@ -75,6 +75,24 @@ TEST(RunFolder, OverwriteDeletesTheRunsOutputsAndKeepsEverythingElse) {
   EXPECT_TRUE(fs::is_directory(run / "my_data"));
 }
 
+TEST(RunFolder, ATrainingRunNeverWritesIntoADistillRunsFolder) {
+  // What `distill run` leaves: results.json beside its students (as when run.dir of one command is another's).
+  const fs::path run = testing::fresh_dir("run_folder_foreign");
+  fs::create_directories(run / "student_kd");
+  std::ofstream(run / "results.json") << "{}";
+  std::ofstream(run / "config.yaml") << "the pipeline's";
+  for (RunStart start : {RunStart::kNew, RunStart::kOverwrite}) {
+    const std::string message =
+        error_of([&] { run_label_training(testing::resolve(testing::tiny_overrides(run)), Device::cpu(), start); });
+    EXPECT_NE(message.find("results.json"), std::string::npos) << message;
+    EXPECT_NE(message.find(run.string()), std::string::npos) << message;
+  }
+  std::ifstream in(run / "config.yaml");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "the pipeline's");
+  EXPECT_TRUE(fs::exists(run / "results.json"));
+  EXPECT_FALSE(fs::exists(run / "metrics.jsonl"));
+}
+
 TEST(RunFolder, ResumeWithNothingToResumeIsAnErrorBeforeAnyWork) {
   const fs::path run = testing::fresh_dir("run_folder_resume_nothing");
   const std::string message = error_of(

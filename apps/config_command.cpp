@@ -72,6 +72,7 @@ int relaunch_on_ranks(const std::vector<std::string>& words, const ConfigCommand
   if (!args.config_path.empty()) argv.insert(argv.end(), {"--config", args.config_path});
   if (!args.device.empty()) argv.insert(argv.end(), {"--device", args.device});
   if (args.resume) argv.push_back("--resume");
+  if (args.overwrite) argv.push_back("--overwrite");
   argv.insert(argv.end(), args.overrides.begin(), args.overrides.end());
   LaunchOptions options;
   options.nproc = args.nproc;
@@ -82,7 +83,10 @@ CLI::App* add_config_verb(CLI::App& parent, const ConfigVerb& verb, int* exit_co
   auto args = std::make_shared<ConfigCommandArgs>();
   CLI::App* cmd = parent.add_subcommand(verb.words.back(), verb.help);
   add_config_command_options(cmd, *args, verb.example_config, verb.distributed);
-  if (verb.resumable) cmd->add_flag("--resume", args->resume, "continue from the run directory's latest checkpoint");
+  if (verb.resumable) {
+    cmd->add_flag("--resume", args->resume, "continue the run in run.dir from where it stopped");
+    cmd->add_flag("--overwrite", args->overwrite, "delete the run in run.dir (its own outputs only) and start again");
+  }
   cmd->callback([args, verb, exit_code, cmd] {
     if (args->help_config) {
       std::cout << verb.schema().describe();

@@ -16,7 +16,8 @@ namespace retort::apps {
 namespace {
 
 void run_train(const ResolvedConfig& config, const ConfigCommandArgs& args) {
-  const distill::TrainResult r = distill::run_distill_training(config, device_from_args(args, config), args.resume);
+  const distill::TrainResult r = distill::run_distill_training(
+      config, device_from_args(args, config), distill::run_start_from_flags(args.resume, args.overwrite));
   if (!r.main_rank) return;
   std::cout << fmt::format(
       "\n  student validation loss   {:.4f} nats/token (perplexity {:.1f})\n"
@@ -32,8 +33,9 @@ void run_topk(const ResolvedConfig& config, const ConfigCommandArgs& args) {
 }
 
 void run_pipeline(const ResolvedConfig& config, const ConfigCommandArgs& args) {
-  const distill::DistillRunReport report = distill::run_distillation_pipeline(config, device_from_args(args, config));
-  std::cout << "\n" << distill::format_report_table(report);
+  const distill::DistillRunReport report = distill::run_distillation_pipeline(
+      config, device_from_args(args, config), distill::run_start_from_flags(args.resume, args.overwrite));
+  if (report.main_rank) std::cout << "\n" << distill::format_report_table(report);
 }
 
 }  // namespace
@@ -42,11 +44,14 @@ void add_distill_command(CLI::App& app, int* exit_code) {
   CLI::App* distill = app.add_subcommand("distill", "off-policy distillation from a teacher's top-k cache");
   distill->require_subcommand(1);
   const std::string example = "configs/distill-toy.yaml";
+  // Each verb's run.dir default is its own folder, so one command never writes into another's run.
+  const auto student_schema = [] { return distill::distill_schema(distill::kDistillTrainRunDir); };
+  const auto pipeline_schema = [] { return distill::distill_schema(distill::kDistillRunDir); };
   add_config_verb(*distill,
                   {{"distill", "train"},
                    "train a student from the top-k cache (or an online teacher)",
                    example,
-                   distill::distill_schema,
+                   student_schema,
                    run_train,
                    /*distributed=*/true,
                    /*resumable=*/true},
@@ -55,7 +60,7 @@ void add_distill_command(CLI::App& app, int* exit_code) {
                   {{"distill", "topk"},
                    "write the teacher's top-k cache over the training split (resumable)",
                    example,
-                   distill::distill_schema,
+                   pipeline_schema,
                    run_topk,
                    /*distributed=*/true,
                    /*resumable=*/false,
@@ -65,9 +70,10 @@ void add_distill_command(CLI::App& app, int* exit_code) {
                   {{"distill", "run"},
                    "the whole pipeline: teacher, cache, KD student and label-only student, evaluation, table and plot",
                    example,
-                   distill::distill_schema,
+                   pipeline_schema,
                    run_pipeline,
-                   /*distributed=*/false},
+                   /*distributed=*/true,
+                   /*resumable=*/true},
                   exit_code);
 }
 

@@ -15,7 +15,8 @@ namespace retort::apps {
 namespace {
 
 void run(const ResolvedConfig& config, const ConfigCommandArgs& args) {
-  const distill::TrainResult r = distill::run_label_training(config, device_from_args(args, config), args.resume);
+  const distill::TrainResult r = distill::run_label_training(
+      config, device_from_args(args, config), distill::run_start_from_flags(args.resume, args.overwrite));
   if (!r.main_rank) return;
   spdlog::info("done: {} steps in {}; {:.0f} tokens/s", r.steps, r.run_dir.string(), r.tokens_per_second);
   std::cout << fmt::format(
@@ -34,7 +35,7 @@ void add_train_command(CLI::App& app, int* exit_code) {
                   {{"train"},
                    "train a GPT from a YAML config (defaults: the toy GPT on fortunes)",
                    "configs/toy-gpt.yaml",
-                   distill::training_schema,
+                   [] { return distill::training_schema("runs/toy-gpt"); },
                    run,
                    /*distributed=*/true,
                    /*resumable=*/true},

@@ -19,7 +19,7 @@ app="$out/app"
 common=(--config "$config" "distill.teacher=$app/teacher")
 
 echo "== the app: teacher, top-k cache, KD and label-only students ($config)"
-"$retort" distill run --config "$config" "run.dir=$app" "distill.teacher=$app/teacher" \
+"$retort" distill run --overwrite --config "$config" "run.dir=$app" "distill.teacher=$app/teacher" \
   "distill.cache_dir=$app/teacher_topk" 2>&1 | tee "$out/app.log"
 
 tps=(1)

@@ -4,16 +4,18 @@
 
 namespace retort::distill {
 
-ConfigSchema distill_schema() {
-  ConfigSchema s = training_schema();
+ConfigSchema distill_schema(const std::string& default_run_dir) {
+  ConfigSchema s = training_schema(default_run_dir);
   s.add_string("distill.mode", "cache",
                "cache: the student learns from the teacher's cached top-k log-probabilities; online: the teacher "
                "runs in every step and the student matches its full distribution (the reference for what the cache "
                "loses)")
       .choices({"cache", "online"});
-  s.add_string("distill.teacher", "runs/distill-toy/teacher",
-               "the teacher's run directory (a `retort train` run: config.yaml and checkpoints)");
-  s.add_string("distill.cache_dir", "runs/distill-toy/teacher_topk", "folder of the top-k cache");
+  s.add_string(
+      "distill.teacher", "",
+      "the teacher's run directory (a `retort train` run: config.yaml and checkpoints); empty: run.dir/teacher, "
+      "the teacher `distill run` trains. A teacher named here is used as it is, never trained");
+  s.add_string("distill.cache_dir", "", "folder of the top-k cache; empty: run.dir/teacher_topk");
   s.add_int("distill.k", 64, "teacher log-probabilities kept per token").range(1, 1 << 16);
   s.add_string("distill.cache_dtype", "bf16", "precision of the cached log-probabilities").choices({"bf16", "f32"});
   s.add_int("distill.topk_batch_size", 16, "windows per teacher call when the cache is written").range(1, 1 << 20);
@@ -34,6 +36,9 @@ ConfigSchema distill_schema() {
   s.add_int("teacher.steps", 1000, "`distill run`: the teacher's optimizer steps").range(1, int64_t{1} << 40);
   s.add_float("teacher.lr", 3e-3, "`distill run`: the teacher's peak learning rate").greater_than(0);
   s.add_float("teacher.min_lr", 3e-4, "`distill run`: the teacher's final learning rate").min(0);
+  s.add_int("teacher.checkpoint_every", 200,
+            "`distill run`: steps between the teacher's checkpoints (where --resume continues it; 0: only at the end)")
+      .min(0);
   s.add_check([](const ResolvedConfig& c) -> std::string {
     if (c.get_int("teacher.n_embd") % c.get_int("teacher.n_head") != 0)
       return "teacher.n_embd must be a multiple of teacher.n_head";
@@ -65,11 +70,18 @@ losses::TopkDistillationOptions topk_loss_options_from(const ResolvedConfig& c) 
 }
 
 std::filesystem::path teacher_run_dir(const ResolvedConfig& c) {
-  return c.get_string("distill.teacher");
+  const std::string teacher = c.get_string("distill.teacher");
+  return teacher.empty() ? std::filesystem::path(c.get_string("run.dir")) / "teacher" : std::filesystem::path(teacher);
 }
 
 std::filesystem::path cache_dir(const ResolvedConfig& c) {
-  return c.get_string("distill.cache_dir");
+  const std::string cache = c.get_string("distill.cache_dir");
+  return cache.empty() ? std::filesystem::path(c.get_string("run.dir")) / "teacher_topk" : std::filesystem::path(cache);
+}
+
+bool has_external_teacher(const ResolvedConfig& c) {
+  const std::filesystem::path own = std::filesystem::path(c.get_string("run.dir")) / "teacher";
+  return teacher_run_dir(c).lexically_normal() != own.lexically_normal();
 }
 
 }  // namespace retort::distill

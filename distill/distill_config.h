@@ -10,7 +10,10 @@
 
 namespace retort::distill {
 
-ConfigSchema distill_schema();
+inline constexpr const char* kDistillTrainRunDir = "runs/distill-student";  // `retort distill train`
+inline constexpr const char* kDistillRunDir = "runs/distill-run";           // `retort distill run` and `topk`
+
+ConfigSchema distill_schema(const std::string& default_run_dir = kDistillTrainRunDir);
 
 // distill.mode
 enum class DistillMode { kCache, kOnline };
@@ -19,7 +22,11 @@ DistillMode distill_mode_from(const ResolvedConfig& config);
 // The top-k loss of the distill.* keys (tp group and normaliser left for the trainer).
 losses::TopkDistillationOptions topk_loss_options_from(const ResolvedConfig& config);
 
-std::filesystem::path teacher_run_dir(const ResolvedConfig& config);  // distill.teacher
-std::filesystem::path cache_dir(const ResolvedConfig& config);        // distill.cache_dir
+// distill.teacher, or run.dir/teacher when it is empty.
+std::filesystem::path teacher_run_dir(const ResolvedConfig& config);
+// distill.cache_dir, or run.dir/teacher_topk when it is empty.
+std::filesystem::path cache_dir(const ResolvedConfig& config);
+// Whether distill.teacher names a teacher of its own (not the one `distill run` trains in run.dir/teacher).
+bool has_external_teacher(const ResolvedConfig& config);
 
 }  // namespace retort::distill

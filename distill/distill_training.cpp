@@ -6,13 +6,13 @@
 
 namespace retort::distill {
 
-TrainResult run_distill_training(const ResolvedConfig& config, Device device, bool resume) {
+TrainResult run_distill_training(const ResolvedConfig& config, Device device, RunStart start) {
   if (distill_mode_from(config) == DistillMode::kOnline) {
     OnlineDistillationObjective online;
-    return run_training(config, device, resume, online);
+    return run_training(config, device, start, online);
   }
   CacheDistillationObjective cache;
-  return run_training(config, device, resume, cache);
+  return run_training(config, device, start, cache);
 }
 
 }  // namespace retort::distill

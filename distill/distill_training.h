@@ -8,6 +8,9 @@
 
 namespace retort::distill {
 
-TrainResult run_distill_training(const ResolvedConfig& config, Device device, bool resume);
+TrainResult run_distill_training(const ResolvedConfig& config, Device device, RunStart start);
+inline TrainResult run_distill_training(const ResolvedConfig& config, Device device, bool resume) {
+  return run_distill_training(config, device, resume ? RunStart::kResume : RunStart::kNew);
+}
 
 }  // namespace retort::distill

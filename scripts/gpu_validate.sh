@@ -24,7 +24,7 @@ grep -h "FAILED  \]" "$out"/*.log | sort -u
 
 common=(--config "$here/configs/toy-gpt.yaml" --device cuda data.dir="$out/data" train.log_every=50
   train.steps="$steps" train.eval_every=$((steps / 3)))
-"$bundle/retort" train "${common[@]}" run.dir="$out/toy-tp1" >"$out/train-tp1.log" 2>&1 || status=1
+"$bundle/retort" train --overwrite "${common[@]}" run.dir="$out/toy-tp1" >"$out/train-tp1.log" 2>&1 || status=1
 grep "validation loss" "$out/train-tp1.log" | tail -1
 compare() {  # compare BASE_DIR OTHER_DIR LABEL
   python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" <<'PY'
@@ -43,10 +43,10 @@ PY
 }
 for tp in 2 4; do
   ((gpus >= tp)) || continue
-  "$bundle/retort" train --nproc "$tp" "${common[@]}" run.dir="$out/toy-tp$tp" parallel.tp=$tp \
+  "$bundle/retort" train --overwrite --nproc "$tp" "${common[@]}" run.dir="$out/toy-tp$tp" parallel.tp=$tp \
     >"$out/train-tp$tp.log" 2>&1 || status=1
   compare "$out/toy-tp1" "$out/toy-tp$tp" "tp$tp" | tee "$out/tp$tp-compare.txt"
-  RETORT_NCCL_BLOCKING=1 "$bundle/retort" train --nproc "$tp" "${common[@]}" run.dir="$out/toy-tp$tp-blocking" \
+  RETORT_NCCL_BLOCKING=1 "$bundle/retort" train --overwrite --nproc "$tp" "${common[@]}" run.dir="$out/toy-tp$tp-blocking" \
     parallel.tp=$tp >"$out/train-tp$tp-blocking.log" 2>&1 || status=1
   compare "$out/toy-tp1" "$out/toy-tp$tp-blocking" "tp$tp-blocking" | tail -1
 done

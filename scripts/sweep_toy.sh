@@ -9,7 +9,7 @@ common=(--config configs/toy-gpt.yaml --device "$device" data.dir="$out/data" tr
         train.checkpoint_every=0 train.log_every=1000)
 run() {
   local name=$1; shift
-  "$retort" train "${common[@]}" run.dir="$out/$name" "$@" >"$out/$name.log" 2>&1
+  "$retort" train --overwrite "${common[@]}" run.dir="$out/$name" "$@" >"$out/$name.log" 2>&1
   echo "$name: $(grep -o 'validation loss *[0-9.]*' "$out/$name.log" | tail -1)"
 }
 # Steps scale with 1 / (6 * (12 * L * d^2 + V * d)), the training FLOPs per token, from 400 steps at L4 d256.

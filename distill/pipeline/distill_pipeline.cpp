@@ -10,13 +10,16 @@
 #include "core/io/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/human_format.h"
+#include "distill/cache/cache_targets.h"
 #include "distill/cache/teacher_cache_writer.h"
 #include "distill/distill_config.h"
 #include "distill/distill_training.h"
+#include "distill/pipeline/teacher_reuse.h"
 #include "distill/report/loss_plot.h"
 #include "distill/train/checkpoint.h"
 #include "distill/train/config_builders.h"
 #include "distill/train/training_loop.h"
+#include "parallel/launch/distributed_run.h"
 
 namespace retort::distill {
 
@@ -42,6 +45,13 @@ int64_t finished_steps(const fs::path& run_dir) {
   return nlohmann::json::parse(read_file(*latest / "trainer.json")).value("step", int64_t{0});
 }
 
+// How a stage's training run starts in its folder: continued from its checkpoint, anew over an attempt that
+// stopped before its first checkpoint, or anew in an empty folder.
+RunStart stage_start(const fs::path& run_dir) {
+  if (finished_steps(run_dir) > 0) return RunStart::kResume;
+  return results_in(run_dir, training_run_outputs()).empty() ? RunStart::kNew : RunStart::kOverwrite;
+}
+
 // (step, key) of every metrics.jsonl line that has the key.
 std::vector<std::pair<double, double>> metric_curve(const fs::path& run_dir, const std::string& key) {
   std::vector<std::pair<double, double>> curve;
@@ -64,92 +74,182 @@ StudentOutcome train_student(const std::string& name, const ResolvedConfig& conf
   StudentOutcome outcome;
   outcome.name = name;
   outcome.run_dir = config.get_string("run.dir");
-  fs::remove_all(outcome.run_dir);  // both students start from scratch, so the comparison is fair
-  spdlog::info("distill run: training the {} student in {}", name, outcome.run_dir.string());
-  const auto start = std::chrono::steady_clock::now();
-  if (distill)
-    run_distill_training(config, device, false);
-  else
-    run_label_training(config, device, false);
-  outcome.train_seconds = seconds_since(start);
+  const int64_t steps = config.get_int("train.steps"), done = finished_steps(outcome.run_dir);
+  if (done >= steps) {
+    spdlog::info("distill run: the {} student in {} is trained ({} steps)", name, outcome.run_dir.string(), done);
+  } else {
+    spdlog::info("distill run: training the {} student in {}{}", name, outcome.run_dir.string(),
+                 done > 0 ? fmt::format(" (resuming at step {})", done) : std::string());
+    const RunStart start = stage_start(outcome.run_dir);
+    const auto clock = std::chrono::steady_clock::now();
+    if (distill)
+      run_distill_training(config, device, start);
+    else
+      run_label_training(config, device, start);
+    outcome.train_seconds = seconds_since(clock);
+  }
   // The KD student logs the labels' cross-entropy as "ce"; the label-only student's loss is that cross-entropy.
   outcome.train_ce = metric_curve(outcome.run_dir, distill ? "ce" : "loss");
   outcome.eval_loss = metric_curve(outcome.run_dir, "eval_loss");
   return outcome;
 }
 
+// The teacher's run config: the student's data and optimizer settings with the teacher's shape and budget.
+ResolvedConfig teacher_config_of(const ResolvedConfig& config, const fs::path& teacher_dir) {
+  return derived(config,
+                 {"run.dir=" + teacher_dir.string(), fmt::format("model.n_layer={}", config.get_int("teacher.n_layer")),
+                  fmt::format("model.n_head={}", config.get_int("teacher.n_head")),
+                  fmt::format("model.n_embd={}", config.get_int("teacher.n_embd")),
+                  fmt::format("train.steps={}", config.get_int("teacher.steps")),
+                  fmt::format("train.checkpoint_every={}", config.get_int("teacher.checkpoint_every")),
+                  fmt::format("optim.lr={}", config.get_double("teacher.lr")),
+                  fmt::format("optim.min_lr={}", config.get_double("teacher.min_lr"))});
+}
+
+bool owns_cache(const ResolvedConfig& config) {
+  return cache_dir(config).lexically_normal() ==
+         (fs::path(config.get_string("run.dir")) / "teacher_topk").lexically_normal();
+}
+
+// Before any work: the folder rule, the ranks a cache can be written on, an external teacher that exists, and a
+// teacher of the pipeline's own that matches the config.
+void check_before_work(const ResolvedConfig& config, RunStart start, const DistributedRun& dist) {
+  const fs::path run_dir = config.get_string("run.dir");
+  if (start == RunStart::kResume)
+    RETORT_INPUT_CHECK(!results_in(run_dir, pipeline_run_outputs(config)).empty(),
+                       "--resume: '{}' holds no distill run yet, so there is nothing to continue: run without "
+                       "--resume to start it",
+                       run_dir.string());
+  if (distill_mode_from(config) == DistillMode::kCache)
+    RETORT_INPUT_CHECK(dist.grid.dp_size == 1,
+                       "distill run writes its top-k cache on one tensor-parallel group, so in cache mode it runs "
+                       "exactly parallel.tp ranks (got {} ranks for parallel.tp = {}): set parallel.tp={} or "
+                       "distill.mode=online (which trains data-parallel)",
+                       dist.env.world_size, dist.grid.tp_size, dist.env.world_size);
+  const fs::path teacher_dir = teacher_run_dir(config);
+  if (has_external_teacher(config)) {
+    RETORT_INPUT_CHECK(latest_checkpoint(teacher_dir).has_value(),
+                       "distill.teacher = '{}' holds no trained teacher (no checkpoint): train it first, or leave "
+                       "distill.teacher empty so that distill run trains one in run.dir/teacher",
+                       teacher_dir.string());
+  } else if (start == RunStart::kResume) {
+    check_teacher_matches(teacher_dir, teacher_config_of(config, teacher_dir));
+  }
+}
+
 }  // namespace
 
-DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device device) {
+std::vector<std::string> pipeline_run_outputs(const ResolvedConfig& config) {
+  std::vector<std::string> names{"config.yaml", "results.json", "loss_curves.svg", "student_kd", "student_labels"};
+  if (!has_external_teacher(config)) names.push_back("teacher");
+  if (owns_cache(config)) names.push_back("teacher_topk");
+  return names;
+}
+
+DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device device, RunStart start) {
   const auto run_start = std::chrono::steady_clock::now();
+  const DistributedRun dist = start_distributed_run(device, static_cast<int>(config.get_int("parallel.tp")),
+                                                   comm_timeout_from(config));
+  const bool main = dist.is_main();
+  if (!main) spdlog::set_level(spdlog::level::warn);
   DistillRunReport report;
+  report.main_rank = main;
   report.run_dir = config.get_string("run.dir");
   report.teacher_dir = teacher_run_dir(config);
-  fs::create_directories(report.run_dir);
-  write_text_atomic(report.run_dir / "config.yaml", config.to_yaml(true));
+  // Every path of the stages follows from run.dir unless the config names it.
+  const fs::path cache = cache_dir(config);
+  const std::vector<std::string> stage_paths{"distill.teacher=" + report.teacher_dir.string(),
+                                             "distill.cache_dir=" + cache.string()};
+  std::vector<std::string> cache_overrides = stage_paths;
+  cache_overrides.push_back("run.dir=" + report.run_dir.string());
+  const ResolvedConfig pipeline_config = derived(config, cache_overrides);
 
-  // 1. The teacher: the student's data and optimizer settings with the teacher's shape and budget.
-  const int64_t teacher_steps = config.get_int("teacher.steps");
-  const ResolvedConfig teacher_config = derived(
-      config,
-      {"run.dir=" + report.teacher_dir.string(), fmt::format("model.n_layer={}", config.get_int("teacher.n_layer")),
-       fmt::format("model.n_head={}", config.get_int("teacher.n_head")),
-       fmt::format("model.n_embd={}", config.get_int("teacher.n_embd")), fmt::format("train.steps={}", teacher_steps),
-       fmt::format("optim.lr={}", config.get_double("teacher.lr")),
-       fmt::format("optim.min_lr={}", config.get_double("teacher.min_lr"))});
-  const int64_t done = finished_steps(report.teacher_dir);
-  if (done < teacher_steps) {
-    spdlog::info("distill run: training the teacher in {}{}", report.teacher_dir.string(),
-                 done > 0 ? fmt::format(" (resuming at step {})", done) : std::string());
-    const auto start = std::chrono::steady_clock::now();
-    run_label_training(teacher_config, device, done > 0);
-    report.teacher_seconds = seconds_since(start);
-    report.teacher_trained = true;
-    // A cache of an earlier teacher must not be reused for this one.
-    fs::remove_all(cache_dir(config));
-  } else {
-    spdlog::info("distill run: using the trained teacher in {} ({} steps)", report.teacher_dir.string(), done);
+  check_before_work(config, start, dist);
+  prepare_run_folder_on_ranks(report.run_dir, start, pipeline_run_outputs(config), training_run_outputs(), dist);
+  if (main) {
+    fs::create_directories(report.run_dir);
+    write_text_atomic(report.run_dir / "config.yaml", config.to_yaml(true));
   }
 
-  // 2. The top-k cache over the training split (resumed or reused when it is already there).
-  const auto cache_start = std::chrono::steady_clock::now();
-  const distill::TeacherTopKReport cache = write_teacher_cache(config, device);
-  report.cache_seconds = seconds_since(cache_start);
-  report.cache_tokens = cache.cache_tokens;
-  {
-    const int k = static_cast<int>(config.get_int("distill.k"));
+  // 1. The teacher, unless the config names one.
+  if (has_external_teacher(config)) {
+    spdlog::info("distill run: using the teacher in {}", report.teacher_dir.string());
+  } else {
+    const ResolvedConfig teacher_config = teacher_config_of(config, report.teacher_dir);
+    const int64_t teacher_steps = config.get_int("teacher.steps");
+    const int64_t done = finished_steps(report.teacher_dir);
+    if (done < teacher_steps) {
+      spdlog::info("distill run: training the teacher in {}{}", report.teacher_dir.string(),
+                   done > 0 ? fmt::format(" (resuming at step {})", done) : std::string());
+      // Every rank reads the folder before any writes: the stage's own rendezvous comes first.
+      const RunStart teacher_start = stage_start(report.teacher_dir);
+      const auto clock = std::chrono::steady_clock::now();
+      run_label_training(teacher_config, device, teacher_start);
+      report.teacher_seconds = seconds_since(clock);
+      report.teacher_trained = true;
+    } else {
+      spdlog::info("distill run: using the trained teacher in {} ({} steps)", report.teacher_dir.string(), done);
+    }
+  }
+  const auto teacher_checkpoint = latest_checkpoint(report.teacher_dir);
+
+  // 2. The top-k cache over the training split (resumed where it stopped; none in online mode).
+  const bool online = distill_mode_from(config) == DistillMode::kOnline;
+  if (!online) {
+    if (main && fs::exists(cache / kCacheInfoFile)) {
+      const std::string cached_from = read_cache_info(cache).value("checkpoint", std::string());
+      if (cached_from != teacher_checkpoint->string()) {
+        RETORT_INPUT_CHECK(owns_cache(config),
+                           "distill.cache_dir = '{}' holds the cache of the teacher checkpoint {}, not of {}: delete "
+                           "it or choose another distill.cache_dir",
+                           cache.string(), cached_from, teacher_checkpoint->string());
+        spdlog::info("distill run: the cache in {} is of another teacher checkpoint; writing it anew", cache.string());
+        fs::remove_all(cache);
+      }
+    }
+    dist.barrier();
+    const auto cache_start = std::chrono::steady_clock::now();
+    const distill::TeacherTopKReport written = write_teacher_cache(pipeline_config, device);
+    report.cache_seconds = seconds_since(cache_start);
+    report.cache_tokens = written.cache_tokens;
     distill::TopKCacheSpec spec;
-    spec.k = k;
+    spec.k = static_cast<int>(config.get_int("distill.k"));
     spec.value_type = distill::cache_value_type_from_name(config.get_string("distill.cache_dtype"));
     report.cache_bytes_per_token = static_cast<double>(spec.record_bytes());
   }
 
   // 3. The two students: the same shape, data order, steps and optimizer; one with KD, one on the labels.
+  auto student_config = [&](const std::string& folder) {
+    std::vector<std::string> overrides = stage_paths;
+    overrides.push_back("run.dir=" + (report.run_dir / folder).string());
+    return derived(config, overrides);
+  };
   report.kd =
-      train_student(distill_mode_from(config) == DistillMode::kOnline ? "KD (online teacher)" : "KD (top-k cache)",
-                    derived(config, {"run.dir=" + (report.run_dir / "student_kd").string()}), device, true);
-  report.labels = train_student(
-      "labels only", derived(config, {"run.dir=" + (report.run_dir / "student_labels").string()}), device, false);
+      train_student(online ? "KD (online teacher)" : "KD (top-k cache)", student_config("student_kd"), device, true);
+  report.labels = train_student("labels only", student_config("student_labels"), device, false);
 
-  // 4. Held-out evaluation of all three against the teacher.
+  // 4. Held-out evaluation of all three against the teacher. Each rank scores whole models alike (no collective, so
+  // no rank waits on another's evaluation); rank 0 reports.
   spdlog::info("distill run: evaluating on the validation split");
-  const TrainedModel teacher = load_trained_model(report.teacher_dir, device);
+  const TrainedModel teacher = load_trained_model(report.teacher_dir, dist.device);
   const std::vector<fs::path> val_shards = run_validation_shards(report.teacher_dir);
   EvalOptions eval_options;
   eval_options.batch_size = config.get_int("train.batch_size");
   eval_options.seq_len = config.get_int("train.seq_len");
   report.teacher = evaluate_model(teacher, val_shards, eval_options);
   for (StudentOutcome* student : {&report.kd, &report.labels}) {
-    const TrainedModel model = load_trained_model(student->run_dir, device);
+    const TrainedModel model = load_trained_model(student->run_dir, dist.device);
     student->eval = evaluate_model(model, val_shards, eval_options, &teacher);
   }
   report.total_seconds = seconds_since(run_start);
+  if (!main) return report;
 
   // 5. results.json and the loss curves.
   nlohmann::json results{{"teacher", eval_json(report.teacher)},
                          {"teacher_dir", report.teacher_dir.string()},
                          {"teacher_trained", report.teacher_trained},
                          {"teacher_seconds", report.teacher_seconds},
+                         {"mode", config.get_string("distill.mode")},
                          {"cache_seconds", report.cache_seconds},
                          {"cache_tokens", report.cache_tokens},
                          {"cache_bytes_per_token", report.cache_bytes_per_token},
@@ -188,11 +288,15 @@ std::string format_report_table(const DistillRunReport& r) {
   const double gain = r.labels.eval.loss - r.kd.eval.loss;
   out += fmt::format(
       "\n  the KD student is {:.4f} nats/token {} than the label-only one\n"
-      "  time: teacher {}, cache {} ({} tokens, {:.0f} bytes/token), KD student {}, label-only student {}, total {}\n"
+      "  time: teacher {}, cache {}, KD student {}, label-only student {}, total {} (a stage finished by an earlier "
+      "run counts 0)\n"
       "  results.json and loss_curves.svg in {}\n",
       std::abs(gain), gain > 0 ? "better" : "worse", format_duration(r.teacher_seconds),
-      format_duration(r.cache_seconds), r.cache_tokens, r.cache_bytes_per_token, format_duration(r.kd.train_seconds),
-      format_duration(r.labels.train_seconds), format_duration(r.total_seconds), r.run_dir.string());
+      r.cache_tokens > 0 ? fmt::format("{} ({} tokens, {:.0f} bytes/token)", format_duration(r.cache_seconds),
+                                       r.cache_tokens, r.cache_bytes_per_token)
+                         : std::string("none (online teacher)"),
+      format_duration(r.kd.train_seconds), format_duration(r.labels.train_seconds), format_duration(r.total_seconds),
+      r.run_dir.string());
   return out;
 }
 

@@ -1,9 +1,16 @@
 #pragma once
 // `retort distill run`: the whole off-policy distillation experiment in one command. Trains the teacher (the
-// teacher.* shape and budget, on the student's data) unless distill.teacher already holds a finished one, writes
-// its top-k cache, trains the student with KD from the cache and, with the same steps, batch and optimizer, the
-// same student on the labels only; evaluates teacher and both students on the held-out split; writes
-// results.json and loss_curves.svg into run.dir and returns the figures.
+// teacher.* shape and budget, on the student's data) in run.dir/teacher unless distill.teacher names one, writes
+// its top-k cache (run.dir/teacher_topk; none in online mode), trains the student with KD in run.dir/student_kd
+// and, with the same steps, batch and optimizer, the same student on the labels only in run.dir/student_labels;
+// evaluates teacher and both students on the held-out split; writes results.json and loss_curves.svg into run.dir
+// and returns the figures.
+// The run folder follows run_folder.h: a new run refuses a folder that holds one; kResume continues each stage
+// where it stopped (the teacher and the students from their latest checkpoints, or not at all when finished, the
+// cache from its last shard) and reuses a teacher only when check_teacher_matches agrees; kOverwrite deletes the
+// run's own outputs first (a teacher or cache named outside run.dir is never deleted).
+// On several ranks (parallel.tp of them in cache mode; any dp x tp in online mode) every stage runs on all of them;
+// each rank evaluates the whole models alike at the end, and rank 0 alone writes results.json and the plot.
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -12,6 +19,7 @@
 #include "core/config/resolved_config.h"
 #include "core/tensor/device.h"
 #include "distill/train/evaluation.h"
+#include "distill/train/run_folder.h"
 
 namespace retort::distill {
 
@@ -35,9 +43,14 @@ struct DistillRunReport {
   double cache_bytes_per_token = 0;
   StudentOutcome kd, labels;
   double total_seconds = 0;
+  bool main_rank = true;  // world rank 0: the one that reports
 };
 
-DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device device);
+// The names the pipeline writes into run.dir (the teacher and cache folders when they are its own).
+std::vector<std::string> pipeline_run_outputs(const ResolvedConfig& config);
+
+DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device device,
+                                           RunStart start = RunStart::kNew);
 
 // The comparison table printed at the end of the run.
 std::string format_report_table(const DistillRunReport& report);

@@ -7,9 +7,11 @@
 
 namespace retort::distill {
 
-ConfigSchema training_schema() {
+ConfigSchema training_schema(const std::string& default_run_dir) {
   ConfigSchema s;
-  s.add_string("run.dir", "runs/toy-gpt", "run directory: config, metrics.jsonl, checkpoints");
+  s.add_string("run.dir", default_run_dir,
+               "run directory: config, metrics.jsonl, checkpoints (a folder that holds a run is refused unless "
+               "--resume or --overwrite says what to do)");
   s.add_int("run.seed", 1337, "seed of the initial weights and the data order").min(0);
   s.add_string("run.device", "cpu", "cpu, cuda or cuda:N (the --device flag overrides it)");
 

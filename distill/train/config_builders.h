@@ -2,6 +2,7 @@
 // The keys `retort train` accepts (configs/toy-gpt.yaml sets them; `retort train --help-config` lists them).
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "core/config/config_schema.h"
 #include "core/config/resolved_config.h"
@@ -12,7 +13,8 @@
 
 namespace retort::distill {
 
-ConfigSchema training_schema();
+// run.dir defaults to `default_run_dir`: each command has its own, so one command's run is never another's.
+ConfigSchema training_schema(const std::string& default_run_dir = "runs/toy-gpt");
 
 // The data.* keys (and run.seed, which drives the document split).
 data::DatasetOptions dataset_options_from(const ResolvedConfig& config);

@@ -53,7 +53,7 @@ double dp_mean(double value, const ProcessGrid& grid, Device device) {
 
 }  // namespace
 
-TrainResult run_training(const ResolvedConfig& config, Device requested_device, bool resume,
+TrainResult run_training(const ResolvedConfig& config, Device requested_device, RunStart start,
                          TrainingObjective& objective) {
   const DistributedRun dist = start_distributed_run(requested_device, static_cast<int>(config.get_int("parallel.tp")),
                                                     comm_timeout_from(config));
@@ -66,6 +66,14 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   TrainResult result;
   result.main_rank = main;
   result.run_dir = config.get_string("run.dir");
+  // Before the data or the model: a refused folder costs nothing and loses nothing.
+  prepare_run_folder_on_ranks(result.run_dir, start, training_run_outputs(), distill_run_results(), dist);
+  const bool resume = start == RunStart::kResume;
+  const std::optional<fs::path> resume_from = resume ? latest_checkpoint(result.run_dir) : std::nullopt;
+  RETORT_INPUT_CHECK(!resume || resume_from.has_value(),
+                     "--resume: {} has no checkpoint yet, so there is nothing to continue: run without --resume to "
+                     "start it (with --overwrite instead if the folder holds an earlier attempt)",
+                     result.run_dir.string());
   if (main) fs::create_directories(result.run_dir);
   const uint64_t seed = static_cast<uint64_t>(config.get_int("run.seed"));
 
@@ -111,9 +119,7 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
 
   int64_t step = 0;
   if (resume) {
-    auto latest = latest_checkpoint(result.run_dir);
-    RETORT_INPUT_CHECK(latest.has_value(), "--resume: {} has no checkpoint yet; run without --resume to start",
-                       result.run_dir.string());
+    const auto& latest = resume_from;
     const nlohmann::json state = load_checkpoint(*latest, model, optimizer, shard);
     step = state.at("step").get<int64_t>();
     const int saved_dp = state.value("dp", 1);
@@ -214,9 +220,9 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   return result;
 }
 
-TrainResult run_label_training(const ResolvedConfig& config, Device device, bool resume) {
+TrainResult run_label_training(const ResolvedConfig& config, Device device, RunStart start) {
   LabelsObjective labels;
-  return run_training(config, device, resume, labels);
+  return run_training(config, device, start, labels);
 }
 
 }  // namespace retort::distill

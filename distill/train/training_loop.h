@@ -10,6 +10,7 @@
 #include "core/config/resolved_config.h"
 #include "core/tensor/device.h"
 #include "distill/train/objective.h"
+#include "distill/train/run_folder.h"
 
 namespace retort::distill {
 
@@ -23,11 +24,20 @@ struct TrainResult {
   bool main_rank = true;  // world rank 0: the one that reports
 };
 
-// Trains the model of `config` (training_schema() keys) toward `objective`; resume: from the run directory's
-// latest checkpoint.
-TrainResult run_training(const ResolvedConfig& config, Device device, bool resume, TrainingObjective& objective);
+// Trains the model of `config` (training_schema() keys) toward `objective`. `start` applies the run-folder rule
+// (run_folder.h) to run.dir before anything else: a new run refuses a folder that holds one, kResume continues
+// from its latest checkpoint (a folder without one is an InputError, as torchtune and NeMo refuse to resume
+// nothing), kOverwrite deletes the earlier run's outputs first.
+TrainResult run_training(const ResolvedConfig& config, Device device, RunStart start, TrainingObjective& objective);
+inline TrainResult run_training(const ResolvedConfig& config, Device device, bool resume,
+                                TrainingObjective& objective) {
+  return run_training(config, device, resume ? RunStart::kResume : RunStart::kNew, objective);
+}
 
 // The run without a teacher: `retort train`.
-TrainResult run_label_training(const ResolvedConfig& config, Device device, bool resume);
+TrainResult run_label_training(const ResolvedConfig& config, Device device, RunStart start);
+inline TrainResult run_label_training(const ResolvedConfig& config, Device device, bool resume) {
+  return run_label_training(config, device, resume ? RunStart::kResume : RunStart::kNew);
+}
 
 }  // namespace retort::distill

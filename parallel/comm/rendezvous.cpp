@@ -104,7 +104,7 @@ LaunchEnv read_launch_env() {
   });
 }
 
-std::shared_ptr<GlooCommunicator> connect_world(const LaunchEnv& env, GlooOptions options) {
+std::shared_ptr<GlooCommunicator> connect_world(const LaunchEnv& env, GlooOptions options, const std::string& name) {
   if (const char* iface = std::getenv(kGlooIfaceEnv)) {
     options.iface = iface;
   } else if (const char* host = std::getenv(kGlooHostnameEnv)) {
@@ -119,7 +119,7 @@ std::shared_ptr<GlooCommunicator> connect_world(const LaunchEnv& env, GlooOption
   auto store = env.world_size == 1            ? make_hash_store()
                : is_redis_url(env.rendezvous) ? make_redis_store(env.rendezvous)
                                               : make_file_store(env.rendezvous);
-  return GlooCommunicator::create(std::move(store), "world", env.rank, env.world_size, std::move(options));
+  return GlooCommunicator::create(std::move(store), name, env.rank, env.world_size, std::move(options));
 }
 
 }  // namespace retort

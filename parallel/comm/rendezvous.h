@@ -43,7 +43,9 @@ LaunchEnv read_launch_env();  // from this process's environment
 // The Gloo world group of this process: a FileStore in env.rendezvous, or a Redis store for a redis:// address (an
 // in-memory store for a single rank). Unless options name an interface or host, RETORT_GLOO_IFACE /
 // RETORT_GLOO_HOSTNAME decide where this rank listens; otherwise loopback when all ranks are on this node, and this
-// host's name when they are not.
-std::shared_ptr<GlooCommunicator> connect_world(const LaunchEnv& env, GlooOptions options = {});
+// host's name when they are not. `name` keys the group in the store: a process that joins several worlds one after
+// another gives each its own.
+std::shared_ptr<GlooCommunicator> connect_world(const LaunchEnv& env, GlooOptions options = {},
+                                                const std::string& name = "world");
 
 }  // namespace retort

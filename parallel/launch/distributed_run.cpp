@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+
 #include "core/util/error.h"
 #ifdef RETORT_WITH_CUDA
 #include "parallel/comm/nccl_communicator.h"
@@ -33,9 +35,14 @@ DistributedRun start_distributed_run(Device requested, int tp_size, std::chrono:
                        run.env.local_rank, gpus, run.env.local_world_size, gpus);
     run.device = Device::cuda(run.env.local_rank);
   }
+  // A command of several stages (`distill run`: teacher, cache, students) starts one run per stage in the same
+  // process; the store keeps every key of the earlier ones, so each joins a world of its own name. Every rank
+  // runs the same stages in the same order, so the names agree.
+  static std::atomic<int> runs_started{0};
+  const int index = runs_started++;
   GlooOptions gloo;
   gloo.timeout = timeout;
-  run.host_world = connect_world(run.env, gloo);
+  run.host_world = connect_world(run.env, gloo, index == 0 ? "world" : fmt::format("world.{}", index));
   std::shared_ptr<Communicator> world = run.host_world;
 #ifdef RETORT_WITH_CUDA
   if (run.device.is_cuda())

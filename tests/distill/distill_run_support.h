@@ -49,6 +49,28 @@ inline std::vector<std::string> small_run_overrides(const fs::path& run_dir) {
           "optim.min_lr=3e-3"};
 }
 
+// The keys of a whole `distill run` that takes seconds: a 12 kB corpus (the cache covers its training split), a
+// 2 x 48 teacher of 8 steps and two 1 x 32 students of 12, all checkpointed every 4 steps.
+inline std::vector<std::string> pipeline_run_overrides(const fs::path& run_dir) {
+  static const fs::path corpus = [] {
+    const fs::path file = fs::temp_directory_path() / "retort_test_pipeline_corpus.txt";
+    std::ifstream in("/usr/share/games/fortunes/computers", std::ios::binary);
+    std::string text(12000, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<size_t>(in.gcount()));
+    std::ofstream(file, std::ios::binary) << text;
+    return file;
+  }();
+  auto overrides = small_run_overrides(run_dir);
+  overrides.insert(overrides.end(),
+                   {"data.corpus=" + corpus.string(),
+                    "data.dir=" + (fs::temp_directory_path() / "retort_test_pipeline_data").string(),
+                    "teacher.n_layer=2", "teacher.n_head=2", "teacher.n_embd=48", "teacher.steps=8",
+                    "teacher.checkpoint_every=4", "teacher.lr=3e-3", "teacher.min_lr=3e-3", "train.steps=12",
+                    "train.checkpoint_every=4", "distill.k=8", "distill.cache_dtype=f32", "distill.kd_ratio=0.9"});
+  return overrides;
+}
+
 inline ResolvedConfig resolve_distill(std::vector<std::string> overrides) {
   Config config;
   config.apply_overrides(overrides);

@@ -327,6 +327,11 @@ TEST(DistillConfig, ShippedConfigResolves) {
   const ResolvedConfig resolved = config.resolve(distill_schema());
   EXPECT_EQ(resolved.get_string("distill.mode"), "cache");
   EXPECT_LT(resolved.get_int("model.n_embd"), resolved.get_int("teacher.n_embd"));
+  // Every path of the pipeline follows run.dir.
+  EXPECT_EQ(teacher_run_dir(resolved), fs::path("runs/distill-toy/teacher"));
+  EXPECT_EQ(cache_dir(resolved), fs::path("runs/distill-toy/teacher_topk"));
+  EXPECT_FALSE(has_external_teacher(resolved));
+  EXPECT_GT(resolved.get_int("teacher.checkpoint_every"), 0) << "an interrupted teacher resumes from a checkpoint";
 }
 
 TEST(DistillEndToEnd, AStudentOfAnotherTokenizerIsRejected) {

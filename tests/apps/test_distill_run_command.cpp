@@ -1,0 +1,96 @@
+// `retort distill run` through the real binary, as a user types it: each verb's run.dir default is its own folder;
+// `distill run --nproc 2` with parallel.tp=2 trains, caches, evaluates and writes results.json once; run again
+// without a flag it is refused with both flags named and the run untouched; --resume finds every stage finished;
+// --overwrite (passed on to the ranks, applied once by rank 0) starts again and keeps a user's file.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/distill/distill_run_support.h"
+
+namespace retort::distill {
+namespace {
+
+namespace fs = std::filesystem;
+
+// `retort <args...>`: the exit status; stdout and stderr go to `log`.
+int run_binary(const std::vector<std::string>& args, const fs::path& log) {
+  const char* moved = std::getenv("RETORT_BINARY");
+  std::string command = moved != nullptr ? moved : RETORT_BINARY;
+  for (const auto& arg : args) command += " '" + arg + "'";
+  command += " > '" + log.string() + "' 2>&1";
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The run.dir line of `retort WORDS... --help-config`.
+std::string run_dir_default(const std::vector<std::string>& words, const fs::path& log) {
+  std::vector<std::string> args = words;
+  args.push_back("--help-config");
+  EXPECT_EQ(run_binary(args, log), 0);
+  const std::string text = read_text(log);
+  const size_t at = text.find("\nrun.dir ");
+  if (at == std::string::npos) return {};
+  return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+}
+
+TEST(DistillRunCommand, EachVerbHasItsOwnDefaultRunFolder) {
+  const fs::path log = testing::fresh_dir("distill_run_help") += ".log";
+  EXPECT_NE(run_dir_default({"train"}, log).find("runs/toy-gpt"), std::string::npos);
+  EXPECT_NE(run_dir_default({"distill", "train"}, log).find("runs/distill-student"), std::string::npos);
+  EXPECT_NE(run_dir_default({"distill", "run"}, log).find("runs/distill-run"), std::string::npos);
+}
+
+TEST(DistillRunCommand, TwoTensorParallelRanksRunThePipelineAndTheFolderRuleHolds) {
+  const fs::path run = testing::fresh_dir("distill_run_tp2");
+  const fs::path log = testing::fresh_dir("distill_run_tp2_log") += ".log";
+  auto args = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> a{"distill", "run", "--nproc", "2"};
+    a.insert(a.end(), flags.begin(), flags.end());
+    for (const std::string& key : testing::small_run_overrides(run)) a.push_back(key);
+    for (const char* key :
+         {"parallel.tp=2", "teacher.n_layer=2", "teacher.n_head=2", "teacher.n_embd=48", "teacher.steps=6",
+          "teacher.checkpoint_every=3", "train.steps=6", "distill.k=8", "distill.cache_dtype=f32"})
+      a.push_back(key);
+    return a;
+  };
+  ASSERT_EQ(run_binary(args({}), log), 0) << read_text(log);
+  const std::string output = read_text(log);
+  EXPECT_EQ(output.find("held-out text"), output.rfind("held-out text")) << "rank 0 alone prints the table\n" << output;
+  const nlohmann::json results = nlohmann::json::parse(read_text(run / "results.json"));
+  EXPECT_GT(results.at("cache_tokens").get<int64_t>(), 0);
+  EXPECT_TRUE(std::isfinite(results.at("student_kd").at("loss").get<double>()));
+  for (const char* stage : {"teacher", "student_kd", "student_labels"})
+    EXPECT_TRUE(fs::exists(run / stage / "checkpoints" / "step_00000006" / "model-tp01-of-02.safetensors")) << stage;
+
+  const std::string before = read_text(run / "results.json");
+  EXPECT_NE(run_binary(args({}), log), 0) << "a second run into the same folder is refused";
+  EXPECT_NE(read_text(log).find("--overwrite"), std::string::npos) << read_text(log);
+  EXPECT_EQ(read_text(run / "results.json"), before);
+
+  ASSERT_EQ(run_binary(args({"--resume"}), log), 0) << read_text(log);
+  EXPECT_NE(read_text(log).find("is trained"), std::string::npos) << "every stage was finished\n" << read_text(log);
+  const nlohmann::json resumed = nlohmann::json::parse(read_text(run / "results.json"));
+  EXPECT_EQ(resumed.at("student_kd").at("loss"), results.at("student_kd").at("loss"));
+
+  std::ofstream(run / "notes.txt") << "mine";
+  ASSERT_EQ(run_binary(args({"--overwrite"}), log), 0) << read_text(log);
+  EXPECT_TRUE(fs::exists(run / "notes.txt"));
+  EXPECT_NE(read_text(log).find("training the teacher"), std::string::npos) << "trained anew\n" << read_text(log);
+  EXPECT_EQ(testing::read_metrics(run / "teacher").size(), 6u);
+}
+
+}  // namespace
+}  // namespace retort::distill

@@ -9,6 +9,7 @@
 #include "distill/distill_config.h"
 #include "distill/train/checkpoint.h"
 #include "distill/train/config_builders.h"
+#include "distill/train/run_tokenizer.h"
 
 namespace retort::distill {
 
@@ -50,7 +51,15 @@ TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::sha
   trained.run_dir = run_dir;
   trained.checkpoint = *checkpoint;
   trained.vocab_size = config.get_int("data.vocab_size");
-  trained.tokenizer_fingerprint = tokenizer_fingerprint_of(config.get_string("data.dir"));
+  if (const std::optional<RunTokenizerRecord> kept = read_run_tokenizer_record(run_dir)) {
+    RETORT_INPUT_CHECK(kept->vocab_size == trained.vocab_size,
+                       "the run '{}' records a tokenizer of {} ids ({}) but its config.yaml has data.vocab_size = {}: "
+                       "the run folder was edited; restore its config.yaml",
+                       run_dir.string(), kept->vocab_size, kRunTokenizerRecord, trained.vocab_size);
+    trained.tokenizer_fingerprint = kept->fingerprint;
+  } else {
+    trained.tokenizer_fingerprint = tokenizer_fingerprint_of(config.get_string("data.dir"));
+  }
   trained.dtype = dtype_from_name(config.get_string("model.dtype"));
   trained.model = std::make_unique<GptModel>(gpt_config_from(config, trained.vocab_size), tp_group);
   CheckpointShard shard;
@@ -65,6 +74,26 @@ TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::sha
 }
 
 data::Tokenizer load_run_tokenizer(const TrainedModel& model) {
+  if (const std::optional<RunTokenizerRecord> kept = read_run_tokenizer_record(model.run_dir)) {
+    RETORT_INPUT_CHECK(kept->file.has_value(),
+                       "the run '{}' was trained on pre-tokenized shards (data.shards) without a tokenizer, so its "
+                       "token ids cannot be turned into text or read from text: train it with data.tokenizer set to "
+                       "the SentencePiece .model that made the shards",
+                       model.run_dir.string());
+    RETORT_INPUT_CHECK(fs::exists(*kept->file),
+                       "the tokenizer of the run '{}' is missing: {} does not exist (it was copied there when the run "
+                       "was trained); restore it from a copy of the run, or from '{}' if that file is unchanged",
+                       model.run_dir.string(), kept->file->string(), kept->source);
+    data::Tokenizer tokenizer = data::Tokenizer::load(*kept->file);
+    RETORT_INPUT_CHECK(
+        tokenizer.fingerprint() == model.tokenizer_fingerprint && tokenizer.vocab_size() == model.vocab_size,
+        "{} (tokenizer {}, vocabulary {}) is not the tokenizer the run '{}' was trained with (tokenizer {}, "
+        "vocabulary {}, recorded in {}): the file was replaced; restore it from a copy of the run",
+        kept->file->string(), tokenizer.fingerprint(), tokenizer.vocab_size(), model.run_dir.string(),
+        model.tokenizer_fingerprint, model.vocab_size, kRunTokenizerRecord);
+    return tokenizer;
+  }
+  // A run made before runs kept their tokenizer: its data folder's, which must still be the one it was made with.
   const fs::path data_dir = load_run_config(model.run_dir).get_string("data.dir");
   const fs::path file = data_dir / "tokenizer.model";
   RETORT_INPUT_CHECK(fs::exists(file),

@@ -29,7 +29,8 @@ ConfigSchema training_schema() {
                "must have data.vocab_size ids); empty: train a BPE tokenizer on data.corpus");
   s.add_string("data.shards", "",
                "pre-tokenized training shards in llm.c's .bin format, used as they are (a file or a glob, e.g. "
-               "'fineweb10B/*_train_*.bin'); set, they replace data.corpus and data.dir");
+               "'fineweb10B/*_train_*.bin'); set, they replace data.corpus (leave it at its default or '') and "
+               "data.dir");
   s.add_string("data.val_shards", "",
                "with data.shards: the validation shards (a file or a glob, e.g. 'fineweb10B/*_val_*.bin'); empty: "
                "no validation");
@@ -102,8 +103,10 @@ ConfigSchema training_schema() {
     if (c.get_int("train.seq_len") > c.get_int("model.block_size"))
       return "train.seq_len must not exceed model.block_size";
     if (c.get_double("optim.min_lr") > c.get_double("optim.lr")) return "optim.min_lr must not exceed optim.lr";
-    if (!c.get_string("data.shards").empty() && c.get_string("data.corpus") != data::kDefaultCorpus)
-      return "data.shards and data.corpus are both set: pre-tokenized shards replace the corpus; drop one of them";
+    const std::string& corpus = c.get_string("data.corpus");
+    if (!c.get_string("data.shards").empty() && !corpus.empty() && corpus != data::kDefaultCorpus)
+      return "data.shards and data.corpus are both set: pre-tokenized shards replace the corpus; drop one of them "
+             "(data.corpus='' clears it)";
     if (c.get_string("data.shards").empty() && !c.get_string("data.val_shards").empty())
       return "data.val_shards is set without data.shards: give the training shards too, or drop data.val_shards";
     return {};

@@ -25,9 +25,10 @@ void keep_run_tokenizer(const fs::path& run_dir, const data::PreparedDataset& da
   }
   fs::create_directories(run_dir);
   const fs::path copy = run_dir / kRunTokenizerFile;
-  json record{{"tokenizer_fingerprint", dataset.tokenizer_fingerprint},
-              {"vocab_size", dataset.vocab_size},
-              {"source", dataset.tokenizer_path.string()}};
+  json record{
+      {"tokenizer_fingerprint", dataset.tokenizer_fingerprint},
+      {"vocab_size", dataset.vocab_size},
+      {"source", dataset.tokenizer_path.empty() ? std::string() : fs::absolute(dataset.tokenizer_path).string()}};
   if (dataset.tokenizer_path.empty()) {
     record["file"] = nullptr;
     fs::remove(copy);

@@ -78,6 +78,15 @@ TEST(RunTokenizer, AnEarlierRunKeepsItsTokenizerWhenTheCorpusChanges) {
   const double loss_before = validation_loss(run_a);
   const std::string text_before = generated_text(run_a);
 
+  // A run with another seed on the same data rebuilds only the shards (another split): run A is unaffected, and
+  // its validation split comes back with its own seed.
+  std::vector<std::string> reseeded = run_overrides(folder.path() / "run_seed", data, kCorpusA);
+  reseeded.push_back("run.seed=7");
+  run_label_training(resolve(reseeded), Device::cpu(), false);
+  EXPECT_EQ(read_bytes(data / "tokenizer.model"), read_bytes(run_a / "tokenizer.model"));
+  EXPECT_EQ(generated_text(run_a), text_before);
+  EXPECT_EQ(validation_loss(run_a), loss_before);
+
   // A second run on another corpus in the same data folder is refused, naming the folder, both corpora and the fix.
   const std::string refusal = message_of([&] {
     run_label_training(resolve(run_overrides(folder.path() / "run_b", data, kCorpusB)), Device::cpu(), false);
@@ -218,6 +227,7 @@ TEST(RunTokenizer, ConfigChecksOfTheDataKeys) {
   const auto error_of = [](std::vector<std::string> overrides) { return message_of([&] { resolve(overrides); }); };
   EXPECT_NE(error_of({"data.shards=x_*.bin", "data.corpus=my.txt"}).find("data.shards and data.corpus are both set"),
             std::string::npos);
+  EXPECT_EQ(resolve({"data.shards=x_*.bin", "data.corpus=''"}).get_string("data.shards"), "x_*.bin");
   EXPECT_NE(error_of({"data.val_shards=x_*.bin"}).find("data.val_shards is set without data.shards"),
             std::string::npos);
   EXPECT_NE(error_of({"data.val_fraction=-0.1"}).find("data.val_fraction"), std::string::npos);

@@ -40,6 +40,18 @@ std::string tokenizer_fingerprint_of(const fs::path& data_dir) {
   }
 }
 
+// The fingerprint of the tokenizer the run was trained with: its own record, or for an older run its data folder's
+// manifest.
+std::string recorded_tokenizer_fingerprint(const fs::path& run_dir, const ResolvedConfig& config) {
+  const std::optional<RunTokenizerRecord> kept = read_run_tokenizer_record(run_dir);
+  if (!kept) return tokenizer_fingerprint_of(config.get_string("data.dir"));
+  RETORT_INPUT_CHECK(kept->vocab_size == config.get_int("data.vocab_size"),
+                     "the run '{}' records a tokenizer of {} ids ({}) but its config.yaml has data.vocab_size = {}: "
+                     "the run folder was edited; restore its config.yaml",
+                     run_dir.string(), kept->vocab_size, kRunTokenizerRecord, config.get_int("data.vocab_size"));
+  return kept->fingerprint;
+}
+
 }  // namespace
 
 TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::shared_ptr<Communicator> tp_group) {
@@ -51,15 +63,7 @@ TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::sha
   trained.run_dir = run_dir;
   trained.checkpoint = *checkpoint;
   trained.vocab_size = config.get_int("data.vocab_size");
-  if (const std::optional<RunTokenizerRecord> kept = read_run_tokenizer_record(run_dir)) {
-    RETORT_INPUT_CHECK(kept->vocab_size == trained.vocab_size,
-                       "the run '{}' records a tokenizer of {} ids ({}) but its config.yaml has data.vocab_size = {}: "
-                       "the run folder was edited; restore its config.yaml",
-                       run_dir.string(), kept->vocab_size, kRunTokenizerRecord, trained.vocab_size);
-    trained.tokenizer_fingerprint = kept->fingerprint;
-  } else {
-    trained.tokenizer_fingerprint = tokenizer_fingerprint_of(config.get_string("data.dir"));
-  }
+  trained.tokenizer_fingerprint = recorded_tokenizer_fingerprint(run_dir, config);
   trained.dtype = dtype_from_name(config.get_string("model.dtype"));
   trained.model = std::make_unique<GptModel>(gpt_config_from(config, trained.vocab_size), tp_group);
   CheckpointShard shard;
@@ -110,6 +114,16 @@ data::Tokenizer load_run_tokenizer(const TrainedModel& model) {
       file.string(), tokenizer.fingerprint(), tokenizer.vocab_size(), model.run_dir.string(),
       model.tokenizer_fingerprint, model.vocab_size);
   return tokenizer;
+}
+
+data::Tokenizer load_run_tokenizer(const fs::path& run_dir) {
+  // Only what the tokenizer is checked against; no weights are loaded.
+  const ResolvedConfig config = load_run_config(run_dir);
+  TrainedModel identity;
+  identity.run_dir = run_dir;
+  identity.vocab_size = config.get_int("data.vocab_size");
+  identity.tokenizer_fingerprint = recorded_tokenizer_fingerprint(run_dir, config);
+  return load_run_tokenizer(identity);
 }
 
 Tensor inference_logits(const TrainedModel& model, const Tensor& tokens) {

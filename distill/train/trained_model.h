@@ -38,6 +38,8 @@ TrainedModel load_trained_model(const std::filesystem::path& run_dir, Device dev
 // be the one the run's data was made with. Either way a mismatch is an InputError naming the file, and so is a run
 // trained on pre-tokenized shards without a tokenizer.
 data::Tokenizer load_run_tokenizer(const TrainedModel& model);
+// The same for a run folder whose model is not loaded (e.g. to tokenize text for it).
+data::Tokenizer load_run_tokenizer(const std::filesystem::path& run_dir);
 
 // The model's forward without the tape: logits [B, T, V_local] of tokens i32 [B, T] on the model's device.
 Tensor inference_logits(const TrainedModel& model, const Tensor& tokens);

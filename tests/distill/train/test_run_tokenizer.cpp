@@ -56,9 +56,11 @@ std::string generated_text(const fs::path& run_dir) {
   return generate_from_run(request, out).at(0).completion;
 }
 
-double validation_loss(const fs::path& run_dir) {
+// The run's validation split, or the given text tokenized with the run's tokenizer.
+double validation_loss(const fs::path& run_dir, const std::string& text = "") {
   RunEvaluationRequest request;
   request.run_dir = run_dir;
+  request.data = text;
   request.max_batches = 2;
   return evaluate_run(request).report.loss;
 }
@@ -76,6 +78,7 @@ TEST(RunTokenizer, AnEarlierRunKeepsItsTokenizerWhenTheCorpusChanges) {
   EXPECT_EQ(record.at("tokenizer_fingerprint"), original.fingerprint());
   EXPECT_EQ(record.at("vocab_size"), 384);
   const double loss_before = validation_loss(run_a);
+  const double text_loss_before = validation_loss(run_a, kCorpusB);
   const std::string text_before = generated_text(run_a);
 
   // A run with another seed on the same data rebuilds only the shards (another split): run A is unaffected, and
@@ -112,6 +115,7 @@ TEST(RunTokenizer, AnEarlierRunKeepsItsTokenizerWhenTheCorpusChanges) {
   EXPECT_EQ(model.tokenizer_fingerprint, original.fingerprint());
   EXPECT_EQ(load_run_tokenizer(model).fingerprint(), original.fingerprint());
   EXPECT_EQ(generated_text(run_a), text_before);
+  EXPECT_EQ(validation_loss(run_a, kCorpusB), text_loss_before) << "eval --data tokenizes with the run's tokenizer";
 
   // A replaced copy is caught against the record.
   fs::copy_file(data / "tokenizer.model", run_a / "tokenizer.model", fs::copy_options::overwrite_existing);

@@ -19,6 +19,15 @@ void run(const ResolvedConfig& config, const ConfigCommandArgs& args) {
       config, device_from_args(args, config), distill::run_start_from_flags(args.resume, args.overwrite));
   if (!r.main_rank) return;
   spdlog::info("done: {} steps in {}; {:.0f} tokens/s", r.steps, r.run_dir.string(), r.tokens_per_second);
+  if (std::isnan(r.final_eval_loss)) {
+    std::cout << fmt::format(
+        "\n  validation loss   none (no validation split: data.val_fraction = 0, or data.shards without "
+        "data.val_shards)\n"
+        "  unigram entropy   {:.4f} nats/token (the loss of a model that ignores context)\n"
+        "  run directory     {}\n",
+        r.unigram_entropy, r.run_dir.string());
+    return;
+  }
   std::cout << fmt::format(
       "\n  validation loss   {:.4f} nats/token (perplexity {:.1f})\n"
       "  unigram entropy   {:.4f} nats/token (the loss of a model that ignores context)\n"

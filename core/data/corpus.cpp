@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "core/io/atomic_file.h"
@@ -149,10 +150,48 @@ std::vector<std::string> split_documents(std::string_view text) {
   return documents;
 }
 
-std::vector<std::string> read_documents(const std::vector<fs::path>& files) {
+bool is_jsonl_file(const fs::path& path) {
+  return path.extension() == ".jsonl";
+}
+
+std::vector<std::string> split_jsonl_documents(std::string_view text, const std::string& source,
+                                               const std::string& text_field) {
+  std::vector<std::string> documents;
+  const std::vector<std::string_view> lines = split_lines(text);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (is_blank(lines[i])) continue;
+    const std::string where = fmt::format("{}:{}", source, i + 1);
+    nlohmann::json record;
+    try {
+      record = nlohmann::json::parse(lines[i]);
+    } catch (const nlohmann::json::parse_error& error) {
+      throw InputError(fmt::format(
+          "{} is not valid JSON ({}): a .jsonl corpus holds one JSON object per line, e.g. {{\"{}\": \"...\"}}", where,
+          error.what(), text_field));
+    }
+    RETORT_INPUT_CHECK(record.is_object(),
+                       "{} is a JSON {}, not an object: each line of a .jsonl corpus must be an "
+                       "object with a \"{}\" field",
+                       where, record.type_name(), text_field);
+    const auto field = record.find(text_field);
+    RETORT_INPUT_CHECK(field != record.end(),
+                       "{} has no \"{}\" field: give every line that field, or name the field that holds the text "
+                       "with data.text_field",
+                       where, text_field);
+    RETORT_INPUT_CHECK(field->is_string(), "{}: field \"{}\" is a JSON {}, not a string", where, text_field,
+                       field->type_name());
+    std::string document = field->get<std::string>();
+    if (!is_blank(document)) documents.push_back(std::move(document));
+  }
+  return documents;
+}
+
+std::vector<std::string> read_documents(const std::vector<fs::path>& files, const std::string& text_field) {
   std::vector<std::string> documents;
   for (const fs::path& file : files) {
-    std::vector<std::string> parts = split_documents(read_file(file));
+    std::vector<std::string> parts = is_jsonl_file(file)
+                                         ? split_jsonl_documents(read_file(file), file.string(), text_field)
+                                         : split_documents(read_file(file));
     documents.insert(documents.end(), std::make_move_iterator(parts.begin()), std::make_move_iterator(parts.end()));
   }
   return documents;

@@ -3,15 +3,18 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
 #include <thread>
 
 #include "core/data/content_hash.h"
+#include "core/data/pretokenized_dataset.h"
 #include "core/data/rng.h"
 #include "core/data/token_shard.h"
 #include "core/data/tokenizer.h"
@@ -33,21 +36,101 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// What the tokenizer depends on; equal keys mean the tokenizer in the folder can be reused. The seed only
-// picks the tokenizer's training sample on corpora over the byte budget, so elsewhere a new seed (a new
-// split) keeps the tokenizer.
-json corpus_key(const std::vector<fs::path>& files, const DatasetOptions& options) {
+// What the folder's tokenizer depends on, as the manifest records it. The seed only picks the tokenizer's
+// training sample on corpora over the byte budget; it is recorded but never compared (see same_source), so a new
+// seed (a new split) keeps the tokenizer.
+json corpus_key(const std::vector<fs::path>& files, const DatasetOptions& options, const Tokenizer* given) {
   json file_list = json::array();
   int64_t total_bytes = 0;
+  bool any_jsonl = false;
   for (const fs::path& file : files) {
     const auto bytes = static_cast<int64_t>(fs::file_size(file));
     total_bytes += bytes;
+    any_jsonl = any_jsonl || is_jsonl_file(file);
     file_list.push_back({{"path", file.string()}, {"bytes", bytes}, {"hash", file_content_hash_hex(file)}});
   }
-  const bool sampled = total_bytes > TokenizerTrainOptions{}.max_training_bytes;
-  return {{"files", std::move(file_list)},
-          {"vocab_size", options.vocab_size},
-          {"tokenizer_seed", sampled ? json(options.seed) : json(nullptr)}};
+  const bool sampled = given == nullptr && total_bytes > TokenizerTrainOptions{}.max_training_bytes;
+  json key{{"files", std::move(file_list)},
+           {"vocab_size", options.vocab_size},
+           {"tokenizer_seed", sampled ? json(options.seed) : json(nullptr)}};
+  // Added only where they apply, so folders made before these options existed keep their key.
+  if (any_jsonl) key["text_field"] = options.text_field;
+  if (given != nullptr) {
+    key["tokenizer_file"] = {{"path", fs::absolute(options.tokenizer).lexically_normal().string()},
+                             {"fingerprint", given->fingerprint()}};
+  }
+  return key;
+}
+
+// What differs between the source a folder was made from and the one asked for, in words; empty when the same
+// tokenizer would come out.
+std::string source_differences(const json& made, const json& asked, const json& manifest,
+                               const DatasetOptions& options) {
+  std::vector<std::string> differences;
+  if (made.value("files", json()) != asked.at("files")) {
+    std::map<std::string, json> before, after;
+    for (const json& file : made.value("files", json::array())) before[file.value("path", "")] = file;
+    for (const json& file : asked.at("files")) after[file.at("path").get<std::string>()] = file;
+    std::vector<std::string> details;
+    for (const auto& [path, file] : after) {
+      if (!before.contains(path)) {
+        details.push_back(fmt::format("'{}' is new", path));
+      } else if (before[path] != file) {
+        details.push_back(fmt::format("'{}' changed ({} -> {} bytes)", path, before[path].value("bytes", int64_t{0}),
+                                      file.at("bytes").get<int64_t>()));
+      }
+    }
+    for (const auto& [path, file] : before) {
+      if (!after.contains(path)) details.push_back(fmt::format("'{}' is gone", path));
+    }
+    const size_t shown = std::min<size_t>(details.size(), 3);
+    std::string listed;
+    for (size_t i = 0; i < shown; ++i) listed += (i ? "; " : "") + details[i];
+    if (details.size() > shown) listed += fmt::format("; and {} more", details.size() - shown);
+    differences.push_back(fmt::format("it was made from corpus '{}' ({} files), this config gives '{}' ({} files): {}",
+                                      manifest.value("corpus_spec", std::string("?")), before.size(), options.corpus,
+                                      after.size(), listed));
+  }
+  if (made.value("vocab_size", int64_t{-1}) != asked.at("vocab_size").get<int64_t>()) {
+    differences.push_back(fmt::format("its vocab size is {}, this config asks for {}",
+                                      made.value("vocab_size", int64_t{-1}), options.vocab_size));
+  }
+  if (made.value("text_field", json()) != asked.value("text_field", json())) {
+    differences.push_back(fmt::format("its JSON-lines text field is {}, this config gives {}",
+                                      made.value("text_field", json()).dump(),
+                                      asked.value("text_field", json()).dump()));
+  }
+  // A given tokenizer counts by its bytes: the same file moved elsewhere is the same tokenizer.
+  const json made_file = made.value("tokenizer_file", json()), asked_file = asked.value("tokenizer_file", json());
+  const auto fingerprint_of = [](const json& file) {
+    return file.is_null() ? json() : file.value("fingerprint", json());
+  };
+  if (fingerprint_of(made_file) != fingerprint_of(asked_file)) {
+    const auto describe = [](const json& file) {
+      return file.is_null() ? std::string("a tokenizer trained on the corpus")
+                            : fmt::format("the tokenizer file '{}' (fingerprint {})", file.value("path", ""),
+                                          file.value("fingerprint", ""));
+    };
+    differences.push_back(fmt::format("it uses {}, this config gives {}", describe(made_file), describe(asked_file)));
+  }
+  std::string text;
+  for (size_t i = 0; i < differences.size(); ++i) text += (i ? "; " : "") + differences[i];
+  return text;
+}
+
+// A folder beside `data_dir` named after the corpus, to suggest in the refusal.
+std::string suggested_folder(const DatasetOptions& options) {
+  fs::path corpus = fs::path(options.corpus).lexically_normal();
+  if (!corpus.has_filename()) corpus = corpus.parent_path();
+  std::string name;
+  for (const char c : corpus.stem().string()) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') name += c;
+  }
+  if (name.empty()) name = "corpus";
+  fs::path folder = options.data_dir.parent_path() / name;
+  if (folder.lexically_normal() == options.data_dir.lexically_normal())
+    folder += fmt::format("-v{}", options.vocab_size);
+  return folder.string();
 }
 
 // What the shards depend on beyond the tokenizer.
@@ -55,14 +138,25 @@ json split_key(const DatasetOptions& options) {
   return {{"val_fraction", options.val_fraction}, {"shard_tokens", options.shard_tokens}, {"seed", options.seed}};
 }
 
+// The folder's manifest, or null for a folder that has none yet (new, or interrupted before its tokenizer was
+// recorded). A manifest of another format is an error rather than a rebuild: the folder may be in use.
 json read_manifest(const fs::path& path) {
   if (!fs::exists(path)) return json();
+  json manifest;
   try {
-    return json::parse(read_file(path));
+    manifest = json::parse(read_file(path));
   } catch (const std::exception& error) {
-    spdlog::warn("data: ignoring unreadable manifest '{}' ({}); rebuilding", path.string(), error.what());
-    return json();
+    throw InputError(
+        fmt::format("the data folder's {} is unreadable ({}): restore it, or delete its folder to "
+                    "rebuild it if no run needs it",
+                    path.string(), error.what()));
   }
+  RETORT_INPUT_CHECK(manifest.is_object() && manifest.value("version", 0) == kManifestVersion &&
+                         manifest.contains("corpus") && manifest.contains("tokenizer_fingerprint"),
+                     "{} is not a retort data manifest of version {}: give another data.dir, or delete its folder to "
+                     "rebuild it if no run needs it",
+                     path.string(), kManifestVersion);
+  return manifest;
 }
 
 std::vector<std::vector<int32_t>> tokenize_documents(const Tokenizer& tokenizer,
@@ -174,6 +268,7 @@ std::string shard_file_name(const std::string& split, int64_t index) {
 }
 
 PreparedDataset prepare_token_dataset(const DatasetOptions& options) {
+  if (!options.train_shards.empty()) return prepare_pretokenized_dataset(options);
   validate(options);
   const auto start = std::chrono::steady_clock::now();
   fs::create_directories(options.data_dir);
@@ -181,18 +276,41 @@ PreparedDataset prepare_token_dataset(const DatasetOptions& options) {
   const fs::path tokenizer_path = options.data_dir / kTokenizerName;
 
   const std::vector<fs::path> files = resolve_corpus(options.corpus);
-  const json corpus = corpus_key(files, options);
+  std::optional<Tokenizer> given;
+  if (!options.tokenizer.empty()) {
+    given = open_tokenizer_file(options.tokenizer);
+    RETORT_INPUT_CHECK(given->vocab_size() == options.vocab_size,
+                       "the tokenizer file '{}' has {} ids but data.vocab_size is {}: set data.vocab_size={} (the "
+                       "model's vocabulary is the tokenizer's)",
+                       options.tokenizer.string(), given->vocab_size(), options.vocab_size, given->vocab_size());
+  }
+  const json corpus = corpus_key(files, options, given ? &*given : nullptr);
   spdlog::info("data: corpus '{}' -> {} text files", options.corpus, files.size());
 
   PreparedDataset result;
   result.tokenizer_path = tokenizer_path;
   const json manifest = read_manifest(manifest_path);
-  const bool same_corpus = manifest.is_object() && manifest.value("version", 0) == kManifestVersion &&
-                           manifest.contains("corpus") && manifest["corpus"] == corpus;
   std::optional<Tokenizer> tokenizer;
-  if (same_corpus && fs::exists(tokenizer_path)) {
-    Tokenizer cached = Tokenizer::load(tokenizer_path);
-    if (cached.fingerprint() == manifest.value("tokenizer_fingerprint", std::string())) tokenizer = std::move(cached);
+  // A folder with a manifest already has its tokenizer: it is reused or the call is refused, never retrained.
+  if (manifest.is_object()) {
+    const json made = manifest.value("corpus", json::object());
+    const std::string differences = source_differences(made, corpus, manifest, options);
+    RETORT_INPUT_CHECK(differences.empty(),
+                       "the data folder '{}' was made from other data: {}. A data folder is never rebuilt in place, "
+                       "since runs trained on it rely on its tokenizer and validation split: set data.dir to a new "
+                       "folder (e.g. data.dir={}), or delete '{}' if no run needs it",
+                       options.data_dir.string(), differences, suggested_folder(options), options.data_dir.string());
+    const std::string recorded = manifest.value("tokenizer_fingerprint", std::string());
+    RETORT_INPUT_CHECK(fs::exists(tokenizer_path),
+                       "the data folder '{}' lost its tokenizer: {} is missing (its manifest.json records tokenizer "
+                       "{}). Restore the file, or delete '{}' to rebuild the folder if no run needs it",
+                       options.data_dir.string(), tokenizer_path.string(), recorded, options.data_dir.string());
+    tokenizer = Tokenizer::load(tokenizer_path);
+    RETORT_INPUT_CHECK(tokenizer->fingerprint() == recorded,
+                       "{} is not the tokenizer the data folder was made with (fingerprint {}, its manifest.json "
+                       "records {}): it was replaced. Restore it, or delete '{}' to rebuild the folder if no run needs "
+                       "it",
+                       tokenizer_path.string(), tokenizer->fingerprint(), recorded, options.data_dir.string());
   }
   result.reused_tokenizer = tokenizer.has_value();
   if (result.reused_tokenizer && manifest.value("split", json()) == split_key(options) &&
@@ -204,24 +322,40 @@ PreparedDataset prepare_token_dataset(const DatasetOptions& options) {
                  result.tokenizer_fingerprint, result.train_tokens, result.val_tokens);
     return result;
   }
-  // From here the folder is being rebuilt: without a manifest, an interrupted rebuild is never mistaken for
-  // a finished one.
-  fs::remove(manifest_path);
 
-  const std::vector<std::string> documents = read_documents(files);
+  const std::vector<std::string> documents = read_documents(files, options.text_field);
   RETORT_INPUT_CHECK(!documents.empty(), "corpus '{}' holds no text (all {} files are empty or blank)", options.corpus,
                      files.size());
   RETORT_INPUT_CHECK(options.val_fraction == 0.0 || documents.size() >= 2,
                      "corpus '{}' holds a single document, which cannot be split into train and validation: give "
-                     "more text or set val_fraction to 0",
+                     "more text (documents are separated by blank lines, '%' lines or JSON lines), or set "
+                     "data.val_fraction=0 to train without a validation split",
                      options.corpus);
+  json building = manifest.is_object() ? manifest : json();
   if (!tokenizer) {
-    spdlog::info("data: training a BPE tokenizer (vocab {}) on {} documents", options.vocab_size, documents.size());
-    tokenizer = Tokenizer::train(
-        documents, {.vocab_size = options.vocab_size, .model_path = tokenizer_path, .seed = options.seed});
+    if (given) {
+      spdlog::info("data: using the tokenizer '{}' ({}, vocab {}) as it is", options.tokenizer.string(),
+                   given->fingerprint(), given->vocab_size());
+      write_file_atomic(tokenizer_path, read_file(options.tokenizer));
+      tokenizer = Tokenizer::load(tokenizer_path);
+    } else {
+      spdlog::info("data: training a BPE tokenizer (vocab {}) on {} documents", options.vocab_size, documents.size());
+      tokenizer = Tokenizer::train(
+          documents, {.vocab_size = options.vocab_size, .model_path = tokenizer_path, .seed = options.seed});
+    }
+    building = json{{"format", "retort-token-dataset"}, {"version", kManifestVersion},
+                    {"corpus_spec", options.corpus},    {"corpus", corpus},
+                    {"tokenizer", kTokenizerName},      {"tokenizer_fingerprint", tokenizer->fingerprint()}};
   } else {
-    spdlog::info("data: reusing tokenizer '{}' ({})", tokenizer_path.string(), tokenizer->fingerprint());
+    spdlog::info("data: reusing tokenizer '{}' ({}); rebuilding the shards", tokenizer_path.string(),
+                 tokenizer->fingerprint());
   }
+  // From here the shards are being rebuilt: a manifest without splits records the tokenizer, so an interrupted
+  // rebuild is neither mistaken for a finished one nor loses what the tokenizer was made from.
+  building.erase("split");
+  building.erase("train");
+  building.erase("val");
+  write_text_atomic(manifest_path, building.dump(2));
 
   auto tokenize_start = std::chrono::steady_clock::now();
   const std::vector<std::vector<int32_t>> tokens = tokenize_documents(*tokenizer, documents);
@@ -248,16 +382,10 @@ PreparedDataset prepare_token_dataset(const DatasetOptions& options) {
 
   const SplitResult train = write_split("train", train_order, tokens, tokenizer->vocab_size(), options);
   const SplitResult val = write_split("val", val_order, tokens, tokenizer->vocab_size(), options);
-  write_text_atomic(manifest_path, json{{"format", "retort-token-dataset"},
-                                        {"version", kManifestVersion},
-                                        {"corpus_spec", options.corpus},
-                                        {"corpus", corpus},
-                                        {"tokenizer", kTokenizerName},
-                                        {"tokenizer_fingerprint", tokenizer->fingerprint()},
-                                        {"split", split_key(options)},
-                                        {"train", split_entry(train)},
-                                        {"val", split_entry(val)}}
-                                       .dump(2));
+  building["split"] = split_key(options);
+  building["train"] = split_entry(train);
+  building["val"] = split_entry(val);
+  write_text_atomic(manifest_path, building.dump(2));
 
   result.tokenizer_fingerprint = tokenizer->fingerprint();
   result.vocab_size = tokenizer->vocab_size();

@@ -51,7 +51,10 @@ void from_json(const nlohmann::json& in, LoaderState& state) {
 TokenLoader::TokenLoader(const std::vector<fs::path>& shards, int64_t vocab_size, TokenLoaderOptions options)
     : options_(options) {
   validate(options_);
-  RETORT_INPUT_CHECK(!shards.empty(), "the data loader got no token shards: prepare the data first");
+  RETORT_INPUT_CHECK(!shards.empty(),
+                     "the data loader got no token shards: prepare the data first. A validation split is empty when "
+                     "the data was made with data.val_fraction = 0, or given as data.shards without data.val_shards: "
+                     "score such a run on other text (retort eval --data TEXT)");
   const int64_t T = options_.seq_len;
   first_window_.push_back(0);
   int64_t stream_tokens = 0;

@@ -54,9 +54,9 @@ void check_ids_below(const unsigned char* body, int64_t count, int64_t vocab_siz
     std::memcpy(&value, body + i * static_cast<int64_t>(sizeof(Stored)), sizeof(Stored));
     if (static_cast<int64_t>(value) >= vocab_size) [[unlikely]] {
       throw InputError(fmt::format(
-          "token shard '{}' holds token id {} at position {}, but the tokenizer has only {} ids (0..{}): the shard "
-          "was made with another tokenizer. Prepare the data again with this tokenizer, or use the tokenizer that "
-          "made the shard",
+          "token shard '{}' holds token id {} at position {}, but the vocabulary has only {} ids (0..{}): the shard "
+          "was made with another tokenizer or a larger vocabulary. Prepare the data again with this tokenizer, use "
+          "the tokenizer that made the shard, or (for pre-tokenized shards) set data.vocab_size above the largest id",
           path.string(), static_cast<int64_t>(value), i, vocab_size, vocab_size - 1));
     }
   }
@@ -129,12 +129,20 @@ TokenShard TokenShard::open(const fs::path& path, int64_t vocab_size) {
   // From here the shard owns the mapping, so a failed check below unmaps it.
   std::array<int32_t, 3> header{};
   std::memcpy(header.data(), shard.mapping_, sizeof(header));
+  // llm.c's uint32 shards have a magic and version of their own; they read as retort's uint32 version.
+  if (header[0] == kLlmcUint32ShardMagic && header[1] == kLlmcUint32ShardVersion) {
+    header[0] = kShardMagic;
+    header[1] = kShardVersionUint32;
+  }
   RETORT_INPUT_CHECK(header[0] == kShardMagic,
                      "'{}' is not a token shard: its magic number is {}, expected {} (llm.c's layout)", path.string(),
                      header[0], kShardMagic);
-  RETORT_INPUT_CHECK(header[1] == kShardVersionUint16 || header[1] == kShardVersionUint32,
-                     "token shard '{}' has unknown version {}: known are {} (uint16 tokens) and {} (uint32 tokens)",
-                     path.string(), header[1], kShardVersionUint16, kShardVersionUint32);
+  RETORT_INPUT_CHECK(
+      header[1] == kShardVersionUint16 || header[1] == kShardVersionUint32,
+      "token shard '{}' has unknown version {}: known are {} (uint16 tokens) and {} (uint32 tokens), and "
+      "llm.c's version {} (uint32 tokens, magic {})",
+      path.string(), header[1], kShardVersionUint16, kShardVersionUint32, kLlmcUint32ShardVersion,
+      kLlmcUint32ShardMagic);
   RETORT_INPUT_CHECK(header[2] >= 0, "token shard '{}' has a negative token count {} in its header", path.string(),
                      header[2]);
   shard.version_ = header[1];

@@ -2,9 +2,10 @@
 // Token shards in llm.c's layout, so files are interchangeable with llm.c's data scripts:
 //   header: 256 little-endian int32: [0] = 20240520 (magic), [1] = version, [2] = token count, rest 0;
 //   body:   `count` tokens, little-endian.
-// Version 1 (llm.c's) stores uint16 tokens; retort adds version 2 for uint32 tokens, used when the
-// vocabulary has more than 65536 ids. A reader rejects anything else, and a shard whose ids do not fit the
-// tokenizer in use, instead of silently training on the wrong ids.
+// Version 1 (llm.c's GPT-2 shards) stores uint16 tokens; retort adds version 2 for uint32 tokens, used when the
+// vocabulary has more than 65536 ids. The reader also takes llm.c's uint32 shards (magic 20240801, version 7, for
+// Llama 3's ids). A reader rejects anything else, and a shard whose ids do not fit the vocabulary in use,
+// instead of silently training on the wrong ids.
 #include <cstdint>
 #include <filesystem>
 #include <span>
@@ -15,6 +16,8 @@ namespace retort::data {
 inline constexpr int32_t kShardMagic = 20240520;
 inline constexpr int32_t kShardVersionUint16 = 1;
 inline constexpr int32_t kShardVersionUint32 = 2;
+inline constexpr int32_t kLlmcUint32ShardMagic = 20240801;
+inline constexpr int32_t kLlmcUint32ShardVersion = 7;
 inline constexpr int64_t kShardHeaderInts = 256;
 inline constexpr int64_t kShardHeaderBytes = kShardHeaderInts * 4;
 

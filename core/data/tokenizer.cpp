@@ -168,6 +168,19 @@ Tokenizer Tokenizer::load(const fs::path& model_path) {
   return Tokenizer(read_file(model_path), model_path);
 }
 
+Tokenizer open_tokenizer_file(const fs::path& path) {
+  RETORT_INPUT_CHECK(fs::is_regular_file(path),
+                     "the tokenizer file '{}' does not exist: give the path of a "
+                     "SentencePiece .model file",
+                     path.string());
+  const std::string type = path.extension().string();
+  RETORT_INPUT_CHECK(type == ".model",
+                     "the tokenizer file '{}' is of a type retort cannot read yet ('{}'): give a SentencePiece .model "
+                     "file (Hugging Face tokenizer.json files are not supported yet)",
+                     path.string(), type);
+  return Tokenizer::load(path);
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int> ids;
   const auto status = processor_->Encode(text, &ids);

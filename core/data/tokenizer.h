@@ -70,4 +70,8 @@ class Tokenizer {
   int32_t eos_id_ = -1;
 };
 
+// A tokenizer file made elsewhere (data.tokenizer), opened by its type: a SentencePiece model (".model"). Any
+// other type is an InputError naming the types retort reads; Hugging Face's tokenizer.json slots in here.
+Tokenizer open_tokenizer_file(const std::filesystem::path& path);
+
 }  // namespace retort::data

@@ -15,10 +15,32 @@ ConfigSchema training_schema(const std::string& default_run_dir) {
   s.add_int("run.seed", 1337, "seed of the initial weights and the data order").min(0);
   s.add_string("run.device", "cpu", "cpu, cuda or cuda:N (the --device flag overrides it)");
 
-  s.add_string("data.corpus", data::kDefaultCorpus, "text corpus: a file, a folder or a glob");
-  s.add_string("data.dir", "data/fortunes", "where the tokenizer and the token shards are cached");
-  s.add_int("data.vocab_size", 8192, "SentencePiece BPE vocabulary size (also the model's)").range(256, 1 << 20);
-  s.add_float("data.val_fraction", 0.05, "share of documents held out for validation").greater_than(0).less_than(1);
+  s.add_string("data.corpus", data::kDefaultCorpus,
+               "text corpus: a file, a folder or a glob; .jsonl files are JSON lines (one document per line, its "
+               "text in data.text_field), other files plain text (documents end at blank lines, or at '%' lines)");
+  s.add_string("data.text_field", data::kDefaultTextField, "the field of a .jsonl corpus line that holds its text");
+  s.add_string("data.dir", "data/fortunes",
+               "where the tokenizer and the token shards are cached; a folder made from another corpus, vocab size "
+               "or tokenizer is refused, never rebuilt: give each corpus its own folder");
+  s.add_int("data.vocab_size", 8192,
+            "vocabulary size of the model; of the BPE tokenizer trained on the corpus, or equal to data.tokenizer's, "
+            "or above every id of data.shards")
+      .range(256, 1 << 20);
+  s.add_string("data.tokenizer", "",
+               "a tokenizer file used as it is instead of training one: a SentencePiece .model (its vocabulary "
+               "must have data.vocab_size ids); empty: train a BPE tokenizer on data.corpus");
+  s.add_string("data.shards", "",
+               "pre-tokenized training shards in llm.c's .bin format, used as they are (a file or a glob, e.g. "
+               "'fineweb10B/*_train_*.bin'); set, they replace data.corpus (leave it at its default or '') and "
+               "data.dir");
+  s.add_string("data.val_shards", "",
+               "with data.shards: the validation shards (a file or a glob, e.g. 'fineweb10B/*_val_*.bin'); empty: "
+               "no validation");
+  s.add_float("data.val_fraction", 0.05,
+              "share of the corpus' tokens held out for validation, as whole documents (0: no validation split, "
+              "and no validation during training)")
+      .min(0)
+      .less_than(1);
 
   s.add_int("model.block_size", 128, "context length the position embedding covers").range(1, 1 << 20);
   s.add_int("model.n_layer", 4, "transformer blocks").range(1, 1024);
@@ -87,6 +109,12 @@ ConfigSchema training_schema(const std::string& default_run_dir) {
     if (c.get_int("train.seq_len") > c.get_int("model.block_size"))
       return "train.seq_len must not exceed model.block_size";
     if (c.get_double("optim.min_lr") > c.get_double("optim.lr")) return "optim.min_lr must not exceed optim.lr";
+    const std::string& corpus = c.get_string("data.corpus");
+    if (!c.get_string("data.shards").empty() && !corpus.empty() && corpus != data::kDefaultCorpus)
+      return "data.shards and data.corpus are both set: pre-tokenized shards replace the corpus; drop one of them "
+             "(data.corpus='' clears it)";
+    if (c.get_string("data.shards").empty() && !c.get_string("data.val_shards").empty())
+      return "data.val_shards is set without data.shards: give the training shards too, or drop data.val_shards";
     return {};
   });
   return s;
@@ -94,8 +122,12 @@ ConfigSchema training_schema(const std::string& default_run_dir) {
 
 data::DatasetOptions dataset_options_from(const ResolvedConfig& c) {
   static const ConfigBinding<data::DatasetOptions> binding{{"data.corpus", &data::DatasetOptions::corpus},
+                                                           {"data.text_field", &data::DatasetOptions::text_field},
                                                            {"data.dir", &data::DatasetOptions::data_dir},
                                                            {"data.vocab_size", &data::DatasetOptions::vocab_size},
+                                                           {"data.tokenizer", &data::DatasetOptions::tokenizer},
+                                                           {"data.shards", &data::DatasetOptions::train_shards},
+                                                           {"data.val_shards", &data::DatasetOptions::val_shards},
                                                            {"data.val_fraction", &data::DatasetOptions::val_fraction},
                                                            {"run.seed", &data::DatasetOptions::seed}};
   return binding.read(c);

@@ -89,12 +89,10 @@ std::vector<fs::path> run_validation_shards(const fs::path& run_dir) {
 
 fs::path tokenize_corpus_for(const fs::path& run_dir, const std::string& corpus, const fs::path& work_dir) {
   const ResolvedConfig config = load_run_config(run_dir);
-  const fs::path tokenizer_path = fs::path(config.get_string("data.dir")) / "tokenizer.model";
-  RETORT_INPUT_CHECK(fs::exists(tokenizer_path), "the model's tokenizer {} is missing: prepare its data again",
-                     tokenizer_path.string());
-  const data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
+  const data::Tokenizer tokenizer = load_run_tokenizer(run_dir);
   std::vector<int32_t> tokens;
-  for (const std::string& document : data::read_documents(data::resolve_corpus(corpus))) {
+  for (const std::string& document :
+       data::read_documents(data::resolve_corpus(corpus), config.get_string("data.text_field"))) {
     const std::vector<int32_t> ids = tokenizer.encode(document);
     tokens.insert(tokens.end(), ids.begin(), ids.end());
     tokens.push_back(tokenizer.eos_id());

@@ -9,6 +9,7 @@
 #include "distill/distill_config.h"
 #include "distill/train/checkpoint.h"
 #include "distill/train/config_builders.h"
+#include "distill/train/run_tokenizer.h"
 
 namespace retort::distill {
 
@@ -39,6 +40,18 @@ std::string tokenizer_fingerprint_of(const fs::path& data_dir) {
   }
 }
 
+// The fingerprint of the tokenizer the run was trained with: its own record, or for an older run its data folder's
+// manifest.
+std::string recorded_tokenizer_fingerprint(const fs::path& run_dir, const ResolvedConfig& config) {
+  const std::optional<RunTokenizerRecord> kept = read_run_tokenizer_record(run_dir);
+  if (!kept) return tokenizer_fingerprint_of(config.get_string("data.dir"));
+  RETORT_INPUT_CHECK(kept->vocab_size == config.get_int("data.vocab_size"),
+                     "the run '{}' records a tokenizer of {} ids ({}) but its config.yaml has data.vocab_size = {}: "
+                     "the run folder was edited; restore its config.yaml",
+                     run_dir.string(), kept->vocab_size, kRunTokenizerRecord, config.get_int("data.vocab_size"));
+  return kept->fingerprint;
+}
+
 }  // namespace
 
 TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::shared_ptr<Communicator> tp_group) {
@@ -50,7 +63,7 @@ TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::sha
   trained.run_dir = run_dir;
   trained.checkpoint = *checkpoint;
   trained.vocab_size = config.get_int("data.vocab_size");
-  trained.tokenizer_fingerprint = tokenizer_fingerprint_of(config.get_string("data.dir"));
+  trained.tokenizer_fingerprint = recorded_tokenizer_fingerprint(run_dir, config);
   trained.dtype = dtype_from_name(config.get_string("model.dtype"));
   trained.model = std::make_unique<GptModel>(gpt_config_from(config, trained.vocab_size), tp_group);
   CheckpointShard shard;
@@ -65,6 +78,26 @@ TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::sha
 }
 
 data::Tokenizer load_run_tokenizer(const TrainedModel& model) {
+  if (const std::optional<RunTokenizerRecord> kept = read_run_tokenizer_record(model.run_dir)) {
+    RETORT_INPUT_CHECK(kept->file.has_value(),
+                       "the run '{}' was trained on pre-tokenized shards (data.shards) without a tokenizer, so its "
+                       "token ids cannot be turned into text or read from text: train it with data.tokenizer set to "
+                       "the SentencePiece .model that made the shards",
+                       model.run_dir.string());
+    RETORT_INPUT_CHECK(fs::exists(*kept->file),
+                       "the tokenizer of the run '{}' is missing: {} does not exist (it was copied there when the run "
+                       "was trained); restore it from a copy of the run, or from '{}' if that file is unchanged",
+                       model.run_dir.string(), kept->file->string(), kept->source);
+    data::Tokenizer tokenizer = data::Tokenizer::load(*kept->file);
+    RETORT_INPUT_CHECK(
+        tokenizer.fingerprint() == model.tokenizer_fingerprint && tokenizer.vocab_size() == model.vocab_size,
+        "{} (tokenizer {}, vocabulary {}) is not the tokenizer the run '{}' was trained with (tokenizer {}, "
+        "vocabulary {}, recorded in {}): the file was replaced; restore it from a copy of the run",
+        kept->file->string(), tokenizer.fingerprint(), tokenizer.vocab_size(), model.run_dir.string(),
+        model.tokenizer_fingerprint, model.vocab_size, kRunTokenizerRecord);
+    return tokenizer;
+  }
+  // A run made before runs kept their tokenizer: its data folder's, which must still be the one it was made with.
   const fs::path data_dir = load_run_config(model.run_dir).get_string("data.dir");
   const fs::path file = data_dir / "tokenizer.model";
   RETORT_INPUT_CHECK(fs::exists(file),
@@ -81,6 +114,16 @@ data::Tokenizer load_run_tokenizer(const TrainedModel& model) {
       file.string(), tokenizer.fingerprint(), tokenizer.vocab_size(), model.run_dir.string(),
       model.tokenizer_fingerprint, model.vocab_size);
   return tokenizer;
+}
+
+data::Tokenizer load_run_tokenizer(const fs::path& run_dir) {
+  // Only what the tokenizer is checked against; no weights are loaded.
+  const ResolvedConfig config = load_run_config(run_dir);
+  TrainedModel identity;
+  identity.run_dir = run_dir;
+  identity.vocab_size = config.get_int("data.vocab_size");
+  identity.tokenizer_fingerprint = recorded_tokenizer_fingerprint(run_dir, config);
+  return load_run_tokenizer(identity);
 }
 
 Tensor inference_logits(const TrainedModel& model, const Tensor& tokens) {

@@ -18,7 +18,8 @@ struct TrainedModel {
   std::unique_ptr<GptModel> model;
   std::filesystem::path run_dir;
   std::filesystem::path checkpoint;
-  std::string tokenizer_fingerprint;  // of the run's data folder (its manifest.json)
+  // Recorded in the run folder (run_tokenizer.h); for older runs, their data folder's manifest.json.
+  std::string tokenizer_fingerprint;
   int64_t vocab_size = 0;
   DType dtype = DType::F32;
   int64_t step = 0;
@@ -32,9 +33,13 @@ ResolvedConfig load_run_config(const std::filesystem::path& run_dir);
 TrainedModel load_trained_model(const std::filesystem::path& run_dir, Device device,
                                 std::shared_ptr<Communicator> tp_group = nullptr);
 
-// The tokenizer the model was trained with: tokenizer.model of the run's data folder, which must still be the one
-// the run's data was made with (same fingerprint and vocabulary size; an InputError naming the file otherwise).
+// The tokenizer the model was trained with: the run's own copy (RUN/tokenizer.model, checked against the fingerprint
+// the run recorded); for a run made before runs kept a copy, tokenizer.model of its data folder, which must still
+// be the one the run's data was made with. Either way a mismatch is an InputError naming the file, and so is a run
+// trained on pre-tokenized shards without a tokenizer.
 data::Tokenizer load_run_tokenizer(const TrainedModel& model);
+// The same for a run folder whose model is not loaded (e.g. to tokenize text for it).
+data::Tokenizer load_run_tokenizer(const std::filesystem::path& run_dir);
 
 // The model's forward without the tape: logits [B, T, V_local] of tokens i32 [B, T] on the model's device.
 Tensor inference_logits(const TrainedModel& model, const Tensor& tokens);

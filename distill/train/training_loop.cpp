@@ -22,6 +22,7 @@
 #include "distill/train/evaluation.h"
 #include "distill/train/labels_objective.h"
 #include "distill/train/nonfinite_loss.h"
+#include "distill/train/run_tokenizer.h"
 #include "losses/cross_entropy.h"
 #include "optim/grad_clip.h"
 #include "parallel/data_parallel.h"
@@ -82,7 +83,10 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   if (!main) dist.barrier();
   const data::PreparedDataset dataset = data::prepare_token_dataset(data_options);
   if (main) dist.barrier();
-  if (main) result.unigram_entropy = training_unigram_entropy(dataset);
+  if (main) {
+    keep_run_tokenizer(result.run_dir, dataset, resume);
+    result.unigram_entropy = training_unigram_entropy(dataset);
+  }
   spdlog::info("data: {} train / {} validation tokens, vocab {}, unigram entropy {:.3f} nats/token",
                dataset.train_tokens, dataset.val_tokens, dataset.vocab_size, result.unigram_entropy);
 
@@ -106,9 +110,18 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   // Each dp rank reads its own share of every epoch; the tp ranks of one dp rank read the same batches.
   data::TokenLoader train_loader(dataset.train_shards, dataset.vocab_size,
                                  {batch_size, seq_len, data::LoaderMode::kTrain, seed, grid.dp_rank, grid.dp_size, 0});
-  data::TokenLoader val_loader(
-      dataset.val_shards, dataset.vocab_size,
-      {batch_size, seq_len, data::LoaderMode::kEval, seed, 0, 1, config.get_int("train.eval_batches")});
+  // Without a validation split (data.val_fraction 0, or data.shards without data.val_shards) nothing is validated.
+  std::optional<data::TokenLoader> val_loader;
+  if (!dataset.val_shards.empty()) {
+    val_loader.emplace(dataset.val_shards, dataset.vocab_size,
+                       data::TokenLoaderOptions{batch_size, seq_len, data::LoaderMode::kEval, seed, 0, 1,
+                                                config.get_int("train.eval_batches")});
+  } else {
+    result.final_eval_loss = std::nan("");
+    spdlog::info(
+        "data: no validation split (data.val_fraction = 0 or no data.val_shards): training without "
+        "validation");
+  }
 
   CheckpointShard shard;
   shard.tp_rank = grid.tp_rank;
@@ -200,8 +213,8 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
                           {"tokens_per_s", static_cast<double>(tokens_per_step) / step_seconds},
                           {"tokens", step * tokens_per_step}};
     for (const auto& [name, value] : step_metrics) record[name] = value;
-    if ((eval_every > 0 && step % eval_every == 0) || step == total_steps) {
-      const double eval_loss = evaluate_batches(model, dtype, val_loader, ignore_index).loss;
+    if (val_loader && ((eval_every > 0 && step % eval_every == 0) || step == total_steps)) {
+      const double eval_loss = evaluate_batches(model, dtype, *val_loader, ignore_index).loss;
       record["eval_loss"] = eval_loss;
       record["eval_ppl"] = std::exp(eval_loss);
       result.final_eval_loss = eval_loss;

@@ -18,8 +18,8 @@ struct TrainResult {
   std::filesystem::path run_dir;
   int64_t steps = 0;
   std::vector<double> train_losses;  // one per step run in this call
-  double final_eval_loss = 0;
-  double unigram_entropy = 0;  // nats/token of the training tokens: the loss of the best context-free model
+  double final_eval_loss = 0;        // NaN without a validation split (data.val_fraction 0, data.shards alone)
+  double unigram_entropy = 0;        // nats/token of the training tokens: the loss of the best context-free model
   double tokens_per_second = 0;
   bool main_rank = true;  // world rank 0: the one that reports
 };

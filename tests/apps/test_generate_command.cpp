@@ -194,11 +194,14 @@ TEST_F(GenerateCommand, BadInputIsAClearInputError) {
   expect_in(error_of(dtype), "--dtype must be f32 or bf16");
 }
 
-// A copy of the run whose config points at another data folder, holding the run's manifest and `tokenizer`.
+// A copy of the run as runs were before they kept their tokenizer (no RUN/tokenizer.model nor its record), whose
+// config points at another data folder, holding the run's manifest and `tokenizer`.
 fs::path run_with_data_folder(const fs::path& run_dir, const std::string& name, const std::string& manifest,
                               const std::optional<fs::path>& tokenizer) {
   const fs::path copy = testing::fresh_dir(name), data = testing::fresh_dir(name + "_data");
   fs::copy(run_dir, copy, fs::copy_options::recursive);
+  EXPECT_TRUE(fs::remove(copy / "tokenizer.model"));
+  EXPECT_TRUE(fs::remove(copy / "run_tokenizer.json"));
   fs::create_directories(data);
   std::ofstream(data / "manifest.json") << manifest;
   if (tokenizer) fs::copy_file(*tokenizer, data / "tokenizer.model");

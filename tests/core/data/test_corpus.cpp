@@ -1,4 +1,5 @@
-// Corpus resolution (file, folder, glob, nothing matches, symlink dedupe, binary skip) and document splitting.
+// Corpus resolution (file, folder, glob, nothing matches, symlink dedupe, binary skip) and document splitting, of
+// plain text and of JSON lines.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -96,6 +97,53 @@ TEST(DataCorpus, PlainTextSplitsOnBlankLines) {
 TEST_F(DataCorpusTree, ReadDocumentsFollowsFileOrder) {
   const std::vector<std::string> expected{"first\n", "second\n", "paragraph\n"};
   EXPECT_EQ(read_documents(resolve_corpus(root_.string())), expected);
+}
+
+TEST(DataCorpusJsonl, EachLineIsOneDocumentVerbatim) {
+  // Escapes decode (\n, \u00e9, \"), blank lines are skipped, other fields are ignored, and a text that is only
+  // whitespace is dropped like an empty paragraph.
+  const std::string text =
+      "{\"text\": \"first line\\nsecond line\\n\", \"id\": 1}\r\n"
+      "\n"
+      "  {\"id\": 2, \"text\": \"caf\\u00e9 \\\"quoted\\\"\"}\n"
+      "{\"text\": \"  \\n\"}\n"
+      "{\"text\": \"no newline at the end\"}";
+  const std::vector<std::string> expected{"first line\nsecond line\n", "caf\xc3\xa9 \"quoted\"",
+                                          "no newline at the end"};
+  EXPECT_EQ(split_jsonl_documents(text, "x.jsonl"), expected);
+  // Another field by name.
+  EXPECT_EQ(split_jsonl_documents("{\"body\": \"b\", \"text\": \"t\"}\n", "x.jsonl", "body"),
+            std::vector<std::string>{"b"});
+}
+
+TEST(DataCorpusJsonl, BadLinesNameFileLineAndField) {
+  const std::string good = "{\"text\": \"ok\"}\n";
+  std::string message = message_of([&] { split_jsonl_documents(good + "\n{\"text\": \"cut", "c.jsonl"); });
+  EXPECT_NE(message.find("c.jsonl:3 is not valid JSON"), std::string::npos) << message;
+  message = message_of([&] { split_jsonl_documents(good + "{\"content\": \"x\"}\n", "c.jsonl"); });
+  EXPECT_NE(message.find("c.jsonl:2 has no \"text\" field"), std::string::npos) << message;
+  EXPECT_NE(message.find("data.text_field"), std::string::npos) << message;
+  message = message_of([&] { split_jsonl_documents(good + "[\"text\"]\n", "c.jsonl"); });
+  EXPECT_NE(message.find("c.jsonl:2 is a JSON array, not an object"), std::string::npos) << message;
+  message = message_of([&] { split_jsonl_documents("{\"text\": 7}\n", "c.jsonl"); });
+  EXPECT_NE(message.find("c.jsonl:1: field \"text\" is a JSON number, not a string"), std::string::npos) << message;
+}
+
+TEST(DataCorpusJsonl, ReadDocumentsMixesJsonlAndPlainTextByExtension) {
+  TempFolder folder;
+  write_bytes(folder.path() / "a.jsonl", "{\"text\": \"from json\"}\n{\"text\": \"two\\n\\nparagraphs\"}\n");
+  write_bytes(folder.path() / "b.txt", "plain one\n\nplain two\n");
+  // A .json file (not .jsonl) is plain text.
+  write_bytes(folder.path() / "c.json", "{\"text\": \"x\"}\n");
+  const std::vector<std::string> expected{"from json", "two\n\nparagraphs", "plain one\n", "plain two\n",
+                                          "{\"text\": \"x\"}\n"};
+  EXPECT_EQ(read_documents(resolve_corpus(folder.path().string())), expected);
+  EXPECT_TRUE(is_jsonl_file("dir/x.jsonl"));
+  EXPECT_FALSE(is_jsonl_file("dir/x.json"));
+  // The file's path is in the message of a bad line.
+  write_bytes(folder.path() / "a.jsonl", "{\"text\": \"ok\"}\nnot json\n");
+  const std::string message = message_of([&] { read_documents(resolve_corpus(folder.path().string())); });
+  EXPECT_NE(message.find((folder.path() / "a.jsonl").string() + ":2"), std::string::npos) << message;
 }
 
 TEST(DataCorpus, DebianFortunesResolveToTheirTextFiles) {

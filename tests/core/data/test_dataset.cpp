@@ -24,6 +24,7 @@ namespace fs = std::filesystem;
 using ::retort::testing::message_of;
 using ::retort::testing::read_bytes;
 using ::retort::testing::TempFolder;
+using ::retort::testing::write_bytes;
 
 // Documents with distinct, recognisable text: "entry <n>: ..." lines, in fortune format.
 std::vector<std::string> numbered_documents(int count) {
@@ -171,17 +172,179 @@ TEST_F(DataDataset, ChangedSplitSettingsKeepTheTokenizerAndRemoveStaleShards) {
   EXPECT_TRUE(prepare_token_dataset(options_).reused_shards);
 }
 
-TEST_F(DataDataset, ChangedCorpusOrVocabRebuildsTheTokenizer) {
+TEST_F(DataDataset, AnotherCorpusOrVocabIsRefusedAndTheFolderKept) {
   const PreparedDataset first = prepare_token_dataset(options_);
-  std::ofstream(corpus_dir_ / "b", std::ios::app) << "a brand new fortune about zebras\n%\n";
-  const PreparedDataset changed_corpus = prepare_token_dataset(options_);
-  EXPECT_FALSE(changed_corpus.reused_tokenizer);
-  EXPECT_EQ(changed_corpus.train_documents + changed_corpus.val_documents, 301);
+  const std::string tokenizer_bytes = read_bytes(first.tokenizer_path);
+  const std::string manifest_bytes = read_bytes(options_.data_dir / "manifest.json");
+  const std::string shard_bytes = read_bytes(first.val_shards[0]);
+  const auto folder_unchanged = [&] {
+    EXPECT_EQ(read_bytes(first.tokenizer_path), tokenizer_bytes);
+    EXPECT_EQ(read_bytes(options_.data_dir / "manifest.json"), manifest_bytes);
+    EXPECT_EQ(read_bytes(first.val_shards[0]), shard_bytes);
+  };
 
+  // Another corpus: the message names the folder, the old and the new corpus, and the fix.
+  const fs::path other_corpus = folder_.path() / "other.txt";
+  write_fortune_file(other_corpus, numbered_documents(40));
+  DatasetOptions other = options_;
+  other.corpus = other_corpus.string();
+  std::string message = message_of([&] { prepare_token_dataset(other); });
+  EXPECT_NE(message.find("the data folder '" + options_.data_dir.string() + "' was made from other data"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("made from corpus '" + corpus_dir_.string() + "' (2 files), this config gives '" +
+                         other_corpus.string() + "' (1 files)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("set data.dir to a new folder (e.g. data.dir=" + (folder_.path() / "other").string() + ")"),
+            std::string::npos)
+      << message;
+  folder_unchanged();
+
+  // The same corpus spec whose file changed: the file is named.
+  std::ofstream(corpus_dir_ / "b", std::ios::app) << "a brand new fortune about zebras\n%\n";
+  message = message_of([&] { prepare_token_dataset(options_); });
+  EXPECT_NE(message.find("'" + (corpus_dir_ / "b").string() + "' changed"), std::string::npos) << message;
+  folder_unchanged();
+
+  // Another vocabulary size.
+  write_fortune_file(corpus_dir_ / "b", std::vector<std::string>(documents_.begin() + 200, documents_.end()));
   options_.vocab_size = 330;
-  const PreparedDataset changed_vocab = prepare_token_dataset(options_);
-  EXPECT_FALSE(changed_vocab.reused_tokenizer);
-  EXPECT_EQ(changed_vocab.vocab_size, 330);
+  message = message_of([&] { prepare_token_dataset(options_); });
+  EXPECT_NE(message.find("its vocab size is 320, this config asks for 330"), std::string::npos) << message;
+  folder_unchanged();
+
+  // The suggested folder works and leaves the first alone.
+  other.data_dir = folder_.path() / "other";
+  const PreparedDataset second = prepare_token_dataset(other);
+  EXPECT_NE(second.tokenizer_fingerprint, first.tokenizer_fingerprint);
+  folder_unchanged();
+}
+
+TEST_F(DataDataset, AReplacedOrMissingTokenizerIsRefusedNotRetrained) {
+  const PreparedDataset first = prepare_token_dataset(options_);
+  const std::string original = read_bytes(first.tokenizer_path);
+  DatasetOptions elsewhere = options_;
+  elsewhere.data_dir = folder_.path() / "elsewhere";
+  elsewhere.vocab_size = 330;
+  write_bytes(first.tokenizer_path, read_bytes(prepare_token_dataset(elsewhere).tokenizer_path));
+  std::string message = message_of([&] { prepare_token_dataset(options_); });
+  EXPECT_NE(message.find("is not the tokenizer the data folder was made with"), std::string::npos) << message;
+  fs::remove(first.tokenizer_path);
+  message = message_of([&] { prepare_token_dataset(options_); });
+  EXPECT_NE(message.find("lost its tokenizer"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(first.tokenizer_path));
+  write_bytes(first.tokenizer_path, original);
+  EXPECT_TRUE(prepare_token_dataset(options_).reused_shards);
+}
+
+TEST_F(DataDataset, AnInterruptedShardRebuildKeepsTheTokenizer) {
+  const PreparedDataset first = prepare_token_dataset(options_);
+  // What a rebuild leaves when stopped between the tokenizer and the shards: a manifest without splits.
+  auto manifest = nlohmann::json::parse(read_bytes(options_.data_dir / "manifest.json"));
+  manifest.erase("train");
+  manifest.erase("val");
+  manifest.erase("split");
+  write_bytes(options_.data_dir / "manifest.json", manifest.dump());
+  const auto model_time = fs::last_write_time(first.tokenizer_path);
+  const PreparedDataset again = prepare_token_dataset(options_);
+  EXPECT_TRUE(again.reused_tokenizer);
+  EXPECT_FALSE(again.reused_shards);
+  EXPECT_EQ(again.train_tokens, first.train_tokens);
+  EXPECT_EQ(fs::last_write_time(first.tokenizer_path), model_time);
+}
+
+TEST_F(DataDataset, AGivenTokenizerIsUsedAsItIs) {
+  // A SentencePiece model made elsewhere (here: by retort on other text), given as data.tokenizer.
+  const fs::path given = folder_.path() / "given.model";
+  Tokenizer::train(numbered_documents(60), {.vocab_size = 300, .model_path = given});
+  const Tokenizer reference = Tokenizer::load(given);
+  options_.tokenizer = given;
+  options_.vocab_size = 300;
+  const PreparedDataset data = prepare_token_dataset(options_);
+  EXPECT_EQ(data.tokenizer_fingerprint, reference.fingerprint());
+  EXPECT_EQ(read_bytes(data.tokenizer_path), read_bytes(given));
+  EXPECT_EQ(data.vocab_size, 300);
+  // The shards hold the given tokenizer's ids of the corpus, each document once.
+  int64_t train_tokens = 0, val_tokens = 0;
+  std::vector<std::string> all = documents_in(data.train_shards, reference, &train_tokens);
+  const std::vector<std::string> val = documents_in(data.val_shards, reference, &val_tokens);
+  all.insert(all.end(), val.begin(), val.end());
+  std::sort(all.begin(), all.end());
+  std::vector<std::string> expected = documents_;
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(all, expected);
+  int64_t expected_tokens = 0;
+  for (const std::string& document : documents_) expected_tokens += reference.encode(document).size() + 1;
+  EXPECT_EQ(train_tokens + val_tokens, expected_tokens);
+  EXPECT_TRUE(prepare_token_dataset(options_).reused_shards);
+
+  // The folder now belongs to that tokenizer: training one instead is refused.
+  DatasetOptions trained = options_;
+  trained.tokenizer.clear();
+  std::string message = message_of([&] { prepare_token_dataset(trained); });
+  EXPECT_NE(message.find("it uses the tokenizer file '" + given.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("this config gives a tokenizer trained on the corpus"), std::string::npos) << message;
+
+  // A vocabulary size that disagrees with the file says which to set.
+  DatasetOptions mismatch = options_;
+  mismatch.data_dir = folder_.path() / "mismatch";
+  mismatch.vocab_size = 8192;
+  message = message_of([&] { prepare_token_dataset(mismatch); });
+  EXPECT_NE(message.find("has 300 ids but data.vocab_size is 8192: set data.vocab_size=300"), std::string::npos)
+      << message;
+  // Only SentencePiece .model files are read so far.
+  write_bytes(folder_.path() / "tokenizer.json", "{}");
+  mismatch.tokenizer = folder_.path() / "tokenizer.json";
+  message = message_of([&] { prepare_token_dataset(mismatch); });
+  EXPECT_NE(message.find("give a SentencePiece .model file"), std::string::npos) << message;
+  mismatch.tokenizer = folder_.path() / "missing.model";
+  message = message_of([&] { prepare_token_dataset(mismatch); });
+  EXPECT_NE(message.find("'" + mismatch.tokenizer.string() + "' does not exist"), std::string::npos) << message;
+}
+
+TEST_F(DataDataset, ZeroValFractionMeansNoValidationSplit) {
+  options_.val_fraction = 0.0;
+  const PreparedDataset data = prepare_token_dataset(options_);
+  EXPECT_TRUE(data.val_shards.empty());
+  EXPECT_EQ(data.val_tokens, 0);
+  EXPECT_EQ(data.train_documents, 300);
+  // A one-paragraph corpus trains with val_fraction 0, and the error without it gives that advice.
+  const fs::path one = folder_.path() / "one.txt";
+  std::string paragraph;
+  for (const std::string& document : documents_) paragraph += document;  // no blank or '%' line: one document
+  write_bytes(one, paragraph);
+  DatasetOptions single{.corpus = one.string(), .data_dir = folder_.path() / "single", .vocab_size = 320};
+  const std::string message = message_of([&] { prepare_token_dataset(single); });
+  EXPECT_NE(message.find("set data.val_fraction=0"), std::string::npos) << message;
+  single.val_fraction = 0.0;
+  const PreparedDataset small = prepare_token_dataset(single);
+  EXPECT_EQ(small.train_documents, 1);
+  EXPECT_TRUE(small.val_shards.empty());
+}
+
+TEST_F(DataDataset, JsonlCorpusTokenizesTheTextField) {
+  std::string jsonl;
+  for (const std::string& document : documents_) jsonl += nlohmann::json{{"body", document}, {"id", 1}}.dump() + "\n";
+  const fs::path corpus = folder_.path() / "corpus.jsonl";
+  write_bytes(corpus, jsonl);
+  options_.corpus = corpus.string();
+  options_.text_field = "body";
+  const PreparedDataset data = prepare_token_dataset(options_);
+  const Tokenizer tokenizer = Tokenizer::load(data.tokenizer_path);
+  int64_t tokens = 0;
+  std::vector<std::string> all = documents_in(data.train_shards, tokenizer, &tokens);
+  const std::vector<std::string> val = documents_in(data.val_shards, tokenizer, &tokens);
+  all.insert(all.end(), val.begin(), val.end());
+  std::sort(all.begin(), all.end());
+  std::vector<std::string> expected = documents_;
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(all, expected);
+  // The field is part of what the folder was made from.
+  options_.text_field = "text";
+  const std::string message = message_of([&] { prepare_token_dataset(options_); });
+  EXPECT_NE(message.find("its JSON-lines text field is \"body\", this config gives \"text\""), std::string::npos)
+      << message;
 }
 
 TEST_F(DataDataset, SplitDependsOnlyOnTheSeed) {

@@ -45,7 +45,7 @@ TEST_F(EvalCommand, JsonOnTwoRanksGivesTheFiguresOfOne) {
   const fs::path tmp = testing::fresh_dir("eval_command_out");
   fs::create_directories(tmp);
   auto eval_json = [&](const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> args{"--checkpoint", run_dir_.string(), "--json"};
+    std::vector<std::string> args{"--checkpoint", run_dir_.string(), "--json", "--batches", "8"};
     args.insert(args.end(), extra.begin(), extra.end());
     const fs::path out = tmp / (name + ".json"), err = tmp / (name + ".log");
     EXPECT_EQ(run_eval(args, out, err), 0) << read_text(err);

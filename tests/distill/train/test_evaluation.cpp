@@ -58,11 +58,11 @@ TEST(Evaluation, BitsPerByteIsTheLossOverTheDecodedTextsBytes) {
   const data::Tokenizer tokenizer = load_run_tokenizer(model);
   const std::vector<int32_t> bytes = utf8_bytes_per_token(tokenizer);
   const std::vector<fs::path> shards = run_validation_shards(tiny_run());
-  const EvalReport report = evaluate_model(model, shards, {4, 16, 0}, nullptr, &bytes);
+  const EvalReport report = evaluate_model(model, shards, {4, 16, 24}, nullptr, &bytes);
   ASSERT_GT(report.tokens, 0);
 
   // Independently: the scored targets decoded by the tokenizer, document by document, and their UTF-8 size.
-  data::TokenLoader loader(shards, 512, {4, 16, data::LoaderMode::kEval, 0, 0, 1, 0});
+  data::TokenLoader loader(shards, 512, {4, 16, data::LoaderMode::kEval, 0, 0, 1, 24});
   std::vector<int32_t> stream;
   for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
     const data::TokenBatch batch = loader.next();
@@ -94,6 +94,7 @@ TEST(EvaluateRun, StepPicksACheckpointAndAStepWithoutOneListsThoseThereAre) {
   EXPECT_EQ(checkpoint_steps(tiny_run()), (std::vector<int64_t>{3, 6}));
   RunEvaluationRequest request;
   request.run_dir = tiny_run();
+  request.max_batches = 8;
   const RunEvaluation latest = evaluate_run(request);
   request.step = 3;
   const RunEvaluation third = evaluate_run(request);

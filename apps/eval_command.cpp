@@ -18,7 +18,7 @@ struct EvalArgs {
   std::string run_dir, data, teacher, device = "cpu", data_cache = "data/eval";
   int64_t batches = 0;
   int64_t step = -1;  // -1: the latest checkpoint
-  int nproc = 0;  // 0: as many as tp
+  int nproc = 0;      // 0: as many as tp
   int tp = 1;
   bool json = false;
 };

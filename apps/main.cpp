@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   retort::apps::add_launch_command(app, &exit_code);
   retort::apps::add_bench_command(app, &exit_code);
   retort::apps::add_distill_command(app, &exit_code);
-  retort::apps::add_eval_command(app);
+  retort::apps::add_eval_command(app, &exit_code);
   retort::apps::add_generate_command(app, &exit_code);
   retort::apps::add_compare_command(app);
   try {

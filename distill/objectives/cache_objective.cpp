@@ -4,7 +4,8 @@
 
 #include "distill/cache/cache_targets.h"
 #include "distill/distill_config.h"
-#include "distill/objectives/plain_cross_entropy.h"
+#include "distill/train/checkpoint.h"
+#include "distill/train/plain_cross_entropy.h"
 
 namespace retort::distill {
 
@@ -23,6 +24,31 @@ void CacheDistillationObjective::prepare(const RunContext& run) {
   options_ = topk_loss_options_from(config);
   options_.group = run.tp_group;
   device_ = run.device;
+  description_ = {{"name", "topk_cache"},
+                  {"divergence", config.get_string("distill.loss")},
+                  {"k", need.k},
+                  {"temperature", need.temperature},
+                  {"kd_ratio", options_.kd_ratio}};
+  if (options_.divergence == losses::TopkDivergence::Mixed) description_["forward_weight"] = options_.forward_weight;
+  load_validation_teacher(run);
+}
+
+void CacheDistillationObjective::load_validation_teacher(const RunContext& run) {
+  const std::filesystem::path dir = teacher_run_dir(*run.config);
+  if (!latest_checkpoint(dir)) {
+    spdlog::warn("distill: the teacher {} has no checkpoint: validations report no KL to the teacher", dir.string());
+    return;
+  }
+  auto teacher = std::make_unique<TrainedModel>(load_trained_model(dir, run.device, run.tp_group));
+  if (teacher->tokenizer_fingerprint != run.dataset->tokenizer_fingerprint ||
+      teacher->vocab_size != run.dataset->vocab_size) {
+    spdlog::warn("distill: the teacher {} uses another tokenizer than this data: validations report no KL to it",
+                 dir.string());
+    return;
+  }
+  spdlog::info("distill: validations compare with the teacher {} (step {})", teacher->checkpoint.string(),
+               teacher->step);
+  teacher_ = std::move(teacher);
 }
 
 ObjectiveLoss CacheDistillationObjective::micro_batch_loss(const Tensor& logits, const data::TokenBatch& batch) {

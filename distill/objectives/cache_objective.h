@@ -7,6 +7,7 @@
 
 #include "distill/cache/topk_cache.h"
 #include "distill/train/objective.h"
+#include "distill/train/trained_model.h"
 #include "losses/topk_distillation.h"
 
 namespace retort::distill {
@@ -14,14 +15,21 @@ namespace retort::distill {
 class CacheDistillationObjective final : public TrainingObjective {
  public:
   std::string progress_label() const override { return "distill"; }
-  // Opens distill.cache_dir and checks it against the run's tokenizer, data, k and temperature.
+  // Opens distill.cache_dir and checks it against the run's tokenizer, data, k and temperature; loads the teacher
+  // of distill.teacher, when it is there, for the validations (a cache alone trains; a warning says what is lost).
   void prepare(const RunContext& run) override;
   ObjectiveLoss micro_batch_loss(const Tensor& logits, const data::TokenBatch& batch) override;
+  nlohmann::json description() const override { return description_; }
+  const TrainedModel* validation_teacher() const override { return teacher_.get(); }
 
  private:
+  void load_validation_teacher(const RunContext& run);
+
   std::optional<TopKCacheReader> cache_;
   losses::TopkDistillationOptions options_;
   Device device_;
+  nlohmann::json description_;
+  std::unique_ptr<TrainedModel> teacher_;
 };
 
 }  // namespace retort::distill

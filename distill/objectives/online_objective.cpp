@@ -4,7 +4,7 @@
 
 #include "core/ops/ops.h"
 #include "distill/distill_config.h"
-#include "distill/objectives/plain_cross_entropy.h"
+#include "distill/train/plain_cross_entropy.h"
 #include "losses/cross_entropy.h"
 
 namespace retort::distill {

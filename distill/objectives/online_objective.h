@@ -16,6 +16,13 @@ class OnlineDistillationObjective final : public TrainingObjective {
   // Loads distill.teacher split like the student and checks that it uses the student's tokenizer.
   void prepare(const RunContext& run) override;
   ObjectiveLoss micro_batch_loss(const Tensor& logits, const data::TokenBatch& batch) override;
+  nlohmann::json description() const override {
+    return {{"name", "online"},
+            {"divergence", "forward_kl"},
+            {"temperature", options_.temperature},
+            {"kd_ratio", kd_ratio_}};
+  }
+  const TrainedModel* validation_teacher() const override { return teacher_.get(); }
 
  private:
   std::unique_ptr<TrainedModel> teacher_;

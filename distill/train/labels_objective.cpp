@@ -1,5 +1,7 @@
 #include "distill/train/labels_objective.h"
 
+#include "distill/train/plain_cross_entropy.h"
+
 namespace retort::distill {
 
 losses::CrossEntropyOptions cross_entropy_options_from(const ResolvedConfig& config) {
@@ -19,7 +21,19 @@ void LabelsObjective::prepare(const RunContext& run) {
 
 ObjectiveLoss LabelsObjective::micro_batch_loss(const Tensor& logits, const data::TokenBatch& batch) {
   const Tensor targets = Tensor::from_ints(batch.targets, {batch.batch, batch.seq});
-  return ObjectiveLoss{losses::cross_entropy(logits, targets, options_), {}};
+  Tensor loss = losses::cross_entropy(logits, targets, options_);
+  const bool plain = options_.label_smoothing == 0 && options_.z_loss == 0;
+  const double ce =
+      plain ? loss.item() : plain_cross_entropy(logits, targets.to(logits.device()), options_.ignore_index);
+  return ObjectiveLoss{loss, {{"ce", ce}}};
+}
+
+nlohmann::json LabelsObjective::description() const {
+  nlohmann::json out{{"name", "labels"}, {"label_smoothing", options_.label_smoothing}, {"z_loss", options_.z_loss}};
+  if (options_.label_smoothing > 0)
+    out["smoothing_convention"] =
+        options_.smoothing_convention == losses::LabelSmoothingConvention::PyTorch ? "pytorch" : "megatron";
+  return out;
 }
 
 }  // namespace retort::distill

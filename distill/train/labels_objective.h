@@ -13,7 +13,10 @@ class LabelsObjective final : public TrainingObjective {
  public:
   std::string progress_label() const override { return "train"; }
   void prepare(const RunContext& run) override;
+  // The loss, and as "ce" the plain cross-entropy of the labels (the loss itself without smoothing and z-loss), the
+  // key a distilled student reports too.
   ObjectiveLoss micro_batch_loss(const Tensor& logits, const data::TokenBatch& batch) override;
+  nlohmann::json description() const override;
 
  private:
   losses::CrossEntropyOptions options_;

@@ -5,6 +5,7 @@
 // objectives (the top-k cache, an online teacher). A new objective is one more subclass: it never touches the loop.
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/config/resolved_config.h"
@@ -12,6 +13,7 @@
 #include "core/data/loader.h"
 #include "core/tensor/device.h"
 #include "core/tensor/tensor.h"
+#include "distill/train/trained_model.h"
 #include "parallel/comm/communicator.h"
 
 namespace retort::distill {
@@ -44,6 +46,15 @@ class TrainingObjective {
 
   // student logits [B, T, V_local] (vocab-split over the tp group) of `batch`'s inputs -> the micro-batch loss.
   virtual ObjectiveLoss micro_batch_loss(const Tensor& logits, const data::TokenBatch& batch) = 0;
+
+  // What the run's "loss" means, after prepare(): a JSON object with a "name" ("labels", "topk_cache", "online") and
+  // every setting that changes the loss's meaning. The loop writes it to <run>/objective.json; `retort compare`
+  // refuses to compare the loss of runs whose descriptions differ.
+  virtual nlohmann::json description() const = 0;
+
+  // The teacher the validations compare the model with (KL and top-1 agreement in metrics.jsonl), split like the
+  // model; null for a run without one.
+  virtual const TrainedModel* validation_teacher() const { return nullptr; }
 };
 
 }  // namespace retort::distill

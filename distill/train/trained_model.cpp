@@ -8,6 +8,7 @@
 #include "core/util/error.h"
 #include "distill/distill_config.h"
 #include "distill/train/checkpoint.h"
+#include "distill/train/checkpoint_steps.h"
 #include "distill/train/config_builders.h"
 #include "distill/train/run_tokenizer.h"
 
@@ -54,9 +55,11 @@ std::string recorded_tokenizer_fingerprint(const fs::path& run_dir, const Resolv
 
 }  // namespace
 
-TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::shared_ptr<Communicator> tp_group) {
+TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::shared_ptr<Communicator> tp_group,
+                                std::optional<int64_t> step) {
   const ResolvedConfig config = load_run_config(run_dir);
-  const auto checkpoint = latest_checkpoint(run_dir);
+  const auto checkpoint =
+      step ? std::optional<fs::path>(checkpoint_at_step(run_dir, *step)) : latest_checkpoint(run_dir);
   RETORT_INPUT_CHECK(checkpoint.has_value(), "the run '{}' has no checkpoint: train it first (it must finish a step)",
                      run_dir.string());
   TrainedModel trained;

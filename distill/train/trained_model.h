@@ -4,6 +4,7 @@
 // models `retort eval` scores are loaded this way.
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/config/resolved_config.h"
@@ -28,10 +29,11 @@ struct TrainedModel {
 // The run's config.yaml, resolved (distillation keys included, with their defaults for a plain training run).
 ResolvedConfig load_run_config(const std::filesystem::path& run_dir);
 
-// Loads the run's latest checkpoint onto `device`, split over tp_group (null: one rank). A folder that is not a
-// run directory, or holds no checkpoint, is an InputError.
+// Loads the run's latest checkpoint (or the one of `step`) onto `device`, split over tp_group (null: one rank). A
+// folder that is not a run directory, holds no checkpoint, or none of `step`, is an InputError.
 TrainedModel load_trained_model(const std::filesystem::path& run_dir, Device device,
-                                std::shared_ptr<Communicator> tp_group = nullptr);
+                                std::shared_ptr<Communicator> tp_group = nullptr,
+                                std::optional<int64_t> step = std::nullopt);
 
 // The tokenizer the model was trained with: the run's own copy (RUN/tokenizer.model, checked against the fingerprint
 // the run recorded); for a run made before runs kept a copy, tokenizer.model of its data folder, which must still

@@ -14,7 +14,6 @@
 #include "core/ops/ops.h"
 #include "core/util/error.h"
 #include "core/util/human_format.h"
-#include "core/util/metrics_writer.h"
 #include "core/util/progress.h"
 #include "distill/train/checkpoint.h"
 #include "distill/train/config_builders.h"
@@ -23,6 +22,7 @@
 #include "distill/train/labels_objective.h"
 #include "distill/train/nonfinite_loss.h"
 #include "distill/train/run_tokenizer.h"
+#include "distill/train/run_metrics_log.h"
 #include "losses/cross_entropy.h"
 #include "optim/grad_clip.h"
 #include "parallel/data_parallel.h"
@@ -143,11 +143,11 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
     train_loader.restore(loader_position_of(state, grid));
     spdlog::info("resumed from {} at step {}", latest->string(), step);
   }
-  std::optional<MetricsWriter> metrics;
+  std::optional<RunMetricsLog> metrics;
   if (main) {
     write_text_atomic(result.run_dir / "config.yaml", config.to_yaml(true));
-    metrics.emplace(resume ? MetricsWriter::resume(result.run_dir / "metrics.jsonl", step)
-                           : MetricsWriter::create(result.run_dir / "metrics.jsonl"));
+    write_text_atomic(result.run_dir / "objective.json", objective.description().dump(2) + "\n");
+    metrics.emplace(resume ? RunMetricsLog::resume(result.run_dir, step) : RunMetricsLog::create(result.run_dir));
   }
 
   const int64_t eval_every = config.get_int("train.eval_every");
@@ -214,12 +214,23 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
                           {"tokens", step * tokens_per_step}};
     for (const auto& [name, value] : step_metrics) record[name] = value;
     if (val_loader && ((eval_every > 0 && step % eval_every == 0) || step == total_steps)) {
-      const double eval_loss = evaluate_batches(model, dtype, *val_loader, ignore_index).loss;
+      BatchEvalOptions validation;
+      validation.ignore_index = ignore_index;
+      validation.teacher = objective.validation_teacher();
+      const EvalReport eval = evaluate_batches(model, dtype, *val_loader, validation);
+      const double eval_loss = eval.loss;
       record["eval_loss"] = eval_loss;
       record["eval_ppl"] = std::exp(eval_loss);
+      if (eval.kl_to_teacher) {
+        record["eval_kl_to_teacher"] = *eval.kl_to_teacher;
+        record["eval_top1_agreement"] = *eval.top1_agreement;
+      }
       result.final_eval_loss = eval_loss;
-      progress.log(
-          fmt::format("step {}: validation loss {:.4f}, perplexity {:.1f}", step, eval_loss, std::exp(eval_loss)));
+      progress.log(fmt::format("step {}: validation loss {:.4f}, perplexity {:.1f}{}", step, eval_loss,
+                               std::exp(eval_loss),
+                               eval.kl_to_teacher ? fmt::format(", KL to the teacher {:.4f}, top-1 agreement {:.1f}%",
+                                                                *eval.kl_to_teacher, 100 * *eval.top1_agreement)
+                                                  : ""));
     }
     if (metrics) metrics->write(step, record);
     progress.update({step, step_loss, lr, tokens_per_step, {{"gnorm", grad_norm}}});

@@ -1,4 +1,4 @@
-#include "distill/objectives/plain_cross_entropy.h"
+#include "distill/train/plain_cross_entropy.h"
 
 #include "core/autograd/grad_mode.h"
 #include "losses/cross_entropy.h"

@@ -1,0 +1,16 @@
+#pragma once
+// The checkpoints a run folder holds, by step (<run>/checkpoints/step_NNNNNNNN/, checkpoint.h): `retort eval --step`
+// scores one of them instead of the latest.
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+namespace retort::distill {
+
+// The steps of the run's complete checkpoints, ascending (temporary folders of an unfinished save are not listed).
+std::vector<int64_t> checkpoint_steps(const std::filesystem::path& run_dir);
+
+// The checkpoint folder of `step`; a step the run has no checkpoint of is an InputError listing the steps it has.
+std::filesystem::path checkpoint_at_step(const std::filesystem::path& run_dir, int64_t step);
+
+}  // namespace retort::distill

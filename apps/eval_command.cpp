@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 
+#include "core/tensor/device_choice.h"
 #include "core/util/error.h"
 #include "distill/train/evaluation.h"
 #include "parallel/comm/rendezvous.h"
@@ -64,7 +65,7 @@ void run(const EvalArgs& args, int* exit_code) {
   request.run_dir = args.run_dir;
   request.data = args.data;
   request.teacher_dir = args.teacher;
-  request.device = Device::parse(args.device);
+  request.device = usable_device(args.device, "--device");
   request.max_batches = args.batches;
   if (args.step >= 0) request.step = args.step;
   request.tp = args.tp;

@@ -148,8 +148,8 @@ std::vector<std::string> pipeline_run_outputs(const ResolvedConfig& config) {
 
 DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device device, RunStart start) {
   const auto run_start = std::chrono::steady_clock::now();
-  const DistributedRun dist = start_distributed_run(device, static_cast<int>(config.get_int("parallel.tp")),
-                                                   comm_timeout_from(config));
+  const DistributedRun dist =
+      start_distributed_run(device, static_cast<int>(config.get_int("parallel.tp")), comm_timeout_from(config));
   const bool main = dist.is_main();
   if (!main) spdlog::set_level(spdlog::level::warn);
   DistillRunReport report;

@@ -19,8 +19,8 @@ constexpr const char* kEvalShardLayout = "eval-shard-v1";
 
 }  // namespace
 
-EvalDataShard eval_data_shard(const std::string& corpus, const std::string& text_field, const data::Tokenizer& tokenizer,
-                              const fs::path& cache_root) {
+EvalDataShard eval_data_shard(const std::string& corpus, const std::string& text_field,
+                              const data::Tokenizer& tokenizer, const fs::path& cache_root) {
   const std::vector<fs::path> files = data::resolve_corpus(corpus);
   data::ContentHash text_hash;
   text_hash.update(kEvalShardLayout);

@@ -130,19 +130,22 @@ RunEvaluation evaluate_run(const RunEvaluationRequest& request) {
     teacher = load_trained_model(request.teacher_dir, dist.device, grid.tp);
     check_same_tokenizer(*teacher, model.tokenizer_fingerprint, model.vocab_size, "teacher");
   }
-  const data::Tokenizer tokenizer = load_run_tokenizer(model);
-  const std::vector<int32_t> token_bytes = utf8_bytes_per_token(tokenizer);
+  // A run trained on pre-tokenized shards without a tokenizer scores its own split in nats per token only: nothing
+  // says which bytes its ids stand for.
+  const bool has_tokenizer = model.tokenizer_fingerprint != data::kNoTokenizerFingerprint;
+  const std::optional<data::Tokenizer> tokenizer =
+      has_tokenizer || !request.data.empty() ? std::optional(load_run_tokenizer(model)) : std::nullopt;
+  const std::vector<int32_t> token_bytes = tokenizer ? utf8_bytes_per_token(*tokenizer) : std::vector<int32_t>{};
   RunEvaluation evaluation;
   evaluation.data = request.data.empty() ? "validation split" : request.data;
   // Rank 0 prepares (or tokenizes) the data; the others then find it cached.
   if (!main) dist.barrier();
   const ResolvedConfig config = load_run_config(request.run_dir);
-  evaluation.shards =
-      request.data.empty()
-          ? run_validation_shards(request.run_dir)
-          : std::vector<fs::path>{
-                eval_data_shard(request.data, config.get_string("data.text_field"), tokenizer, request.data_cache)
-                    .shard};
+  evaluation.shards = request.data.empty()
+                          ? run_validation_shards(request.run_dir)
+                          : std::vector<fs::path>{eval_data_shard(request.data, config.get_string("data.text_field"),
+                                                                  *tokenizer, request.data_cache)
+                                                      .shard};
   if (main) dist.barrier();
 
   EvalOptions options;
@@ -154,8 +157,8 @@ RunEvaluation evaluate_run(const RunEvaluationRequest& request) {
   split.parts = grid.dp_size;
   split.adds = grid.tp_rank == 0;
   split.host_group = dist.host_world;
-  evaluation.report =
-      evaluate_model(model, evaluation.shards, options, teacher ? &*teacher : nullptr, &token_bytes, split);
+  evaluation.report = evaluate_model(model, evaluation.shards, options, teacher ? &*teacher : nullptr,
+                                     tokenizer ? &token_bytes : nullptr, split);
   evaluation.run_dir = request.run_dir;
   evaluation.checkpoint = model.checkpoint;
   evaluation.step = model.step;

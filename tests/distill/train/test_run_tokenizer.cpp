@@ -207,7 +207,8 @@ TEST(RunTokenizer, PretokenizedShardsTrainAndEvaluateAndGenerateSaysWhatIsMissin
   std::vector<uint16_t> bad = cycling_tokens(600);
   bad[599] = 320;
   write_llmc_shard(folder.path() / "toy_val_000000.bin", bad);
-  const std::string too_big = message_of([&] { run_label_training(resolve(overrides), Device::cpu(), false); });
+  const std::string too_big =
+      message_of([&] { run_label_training(resolve(overrides), Device::cpu(), RunStart::kOverwrite); });
   EXPECT_NE(too_big.find("token shard '" + (folder.path() / "toy_val_000000.bin").string() +
                          "' holds token id 320 at position 599"),
             std::string::npos)

@@ -86,9 +86,14 @@ TEST(RankErrors, TheLauncherCollectsTheRanksMessagesOnce) {
   options.nproc = 3;
   options.grace = std::chrono::seconds(2);
   // Rank 1 fails; the others, stopped by the launcher's SIGTERM, report the loss of their peer as they go.
+  // Rank 1 fails once both have their handler in place (a SIGTERM before that would kill a shell silently).
   const std::string script =
-      "if [ \"$RANK\" = 1 ]; then printf 'disk full' > \"$RETORT_RANK_ERRORS/rank-$RANK.txt\"; exit 3; fi; "
-      "trap 'printf \"peer lost\" > \"$RETORT_RANK_ERRORS/rank-$RANK.txt\"; exit 1' TERM; sleep 20 & wait";
+      "if [ \"$RANK\" = 1 ]; then "
+      "  while [ ! -e \"$RETORT_RANK_ERRORS/ready-0\" ] || [ ! -e \"$RETORT_RANK_ERRORS/ready-2\" ]; do sleep 0.02; "
+      "done; "
+      "  printf 'disk full' > \"$RETORT_RANK_ERRORS/rank-$RANK.txt\"; exit 3; fi; "
+      "trap 'printf \"peer lost\" > \"$RETORT_RANK_ERRORS/rank-$RANK.txt\"; exit 1' TERM; "
+      ": > \"$RETORT_RANK_ERRORS/ready-$RANK\"; sleep 20 & wait";
   const LaunchResult r = launch_local({"/bin/sh", "-c", script}, options);
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_EQ(r.failed_rank, 1);

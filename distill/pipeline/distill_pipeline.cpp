@@ -18,6 +18,7 @@
 #include "distill/report/loss_plot.h"
 #include "distill/train/checkpoint.h"
 #include "distill/train/config_builders.h"
+#include "distill/train/token_bytes.h"
 #include "distill/train/training_loop.h"
 #include "parallel/launch/distributed_run.h"
 
@@ -67,6 +68,10 @@ nlohmann::json eval_json(const EvalReport& e) {
   nlohmann::json j{{"loss", e.loss}, {"perplexity", e.perplexity}, {"tokens", e.tokens}};
   if (e.kl_to_teacher) j["kl_to_teacher"] = *e.kl_to_teacher;
   if (e.top1_agreement) j["top1_agreement"] = *e.top1_agreement;
+  if (e.bits_per_byte) {
+    j["bits_per_byte"] = *e.bits_per_byte;
+    j["bytes"] = e.bytes;
+  }
   return j;
 }
 
@@ -236,10 +241,12 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   EvalOptions eval_options;
   eval_options.batch_size = config.get_int("train.batch_size");
   eval_options.seq_len = config.get_int("train.seq_len");
-  report.teacher = evaluate_model(teacher, val_shards, eval_options);
+  // Bits per byte beside nats per token: the figure that stays comparable when tokenizers differ.
+  const std::vector<int32_t> token_bytes = utf8_bytes_per_token(load_run_tokenizer(teacher));
+  report.teacher = evaluate_model(teacher, val_shards, eval_options, nullptr, &token_bytes);
   for (StudentOutcome* student : {&report.kd, &report.labels}) {
     const TrainedModel model = load_trained_model(student->run_dir, dist.device);
-    student->eval = evaluate_model(model, val_shards, eval_options, &teacher);
+    student->eval = evaluate_model(model, val_shards, eval_options, &teacher, &token_bytes);
   }
   report.total_seconds = seconds_since(run_start);
   if (!main) return report;

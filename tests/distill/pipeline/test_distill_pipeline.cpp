@@ -4,6 +4,7 @@
 // online mode no cache is written; --overwrite keeps a user's files; a named teacher is used, never trained.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -78,6 +79,16 @@ TEST(DistillPipeline, StoppedInTheTeacherAndInAStudentAndResumedGivesTheSameFigu
   const auto a = nlohmann::json::parse(read_text(straight / "results.json"));
   const auto b = nlohmann::json::parse(read_text(run / "results.json"));
   expect_same_figures(a, b);
+  // Bits per byte beside nats per token, over the same held-out bytes for all three models.
+  for (const char* model : {"teacher", "student_kd", "student_labels"}) {
+    const auto& e = b.at(model);
+    ASSERT_TRUE(e.contains("bits_per_byte")) << model;
+    EXPECT_EQ(e.at("bytes"), b.at("teacher").at("bytes")) << model;
+    EXPECT_NEAR(e.at("bits_per_byte").get<double>(),
+                e.at("loss").get<double>() * e.at("tokens").get<double>() / std::log(2.0) / e.at("bytes").get<double>(),
+                1e-9)
+        << model;
+  }
   for (const char* student : {"student_kd", "student_labels"}) {
     const auto x = testing::read_metrics(straight / student), y = testing::read_metrics(run / student);
     ASSERT_EQ(x.size(), 12u);

@@ -39,4 +39,16 @@ inline CommandOutput run_retort(const std::vector<std::string>& args) {
   return out;
 }
 
+// `retort <args...>` with stdout into `out` and stderr into `err` (into `out` as well when `err` is empty); the exit
+// status.
+inline int run_retort_to_files(const std::vector<std::string>& args, const std::string& out,
+                               const std::string& err = {}) {
+  const char* moved = std::getenv("RETORT_BINARY");
+  std::string command = shell_word(moved != nullptr ? moved : RETORT_BINARY);
+  for (const std::string& arg : args) command += " " + shell_word(arg);
+  command += " > " + shell_word(out) + (err.empty() ? std::string(" 2>&1") : " 2> " + shell_word(err));
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 }  // namespace retort::apps_testing

@@ -13,34 +13,27 @@
 #include <string>
 #include <vector>
 
+#include "tests/apps/binary_output_support.h"
 #include "tests/distill/distill_run_support.h"
+#include "tests/test_support.h"
 
 namespace retort::distill {
 namespace {
 
 namespace fs = std::filesystem;
+using ::retort::testing::read_bytes;
+
+int run_binary_logged(const std::vector<std::string>& args, const fs::path& log) {
+  return apps_testing::run_retort_to_files(args, log.string());
+}
 
 // `retort <args...>`: the exit status; stdout and stderr go to `log`.
-int run_binary(const std::vector<std::string>& args, const fs::path& log) {
-  const char* moved = std::getenv("RETORT_BINARY");
-  std::string command = moved != nullptr ? moved : RETORT_BINARY;
-  for (const auto& arg : args) command += " '" + arg + "'";
-  command += " > '" + log.string() + "' 2>&1";
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // The run.dir line of `retort WORDS... --help-config`.
 std::string run_dir_default(const std::vector<std::string>& words, const fs::path& log) {
   std::vector<std::string> args = words;
   args.push_back("--help-config");
-  EXPECT_EQ(run_binary(args, log), 0);
-  const std::string text = read_text(log);
+  EXPECT_EQ(run_binary_logged(args, log), 0);
+  const std::string text = read_bytes(log);
   const size_t at = text.find("\nrun.dir ");
   if (at == std::string::npos) return {};
   return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
@@ -66,29 +59,29 @@ TEST(DistillRunCommand, TwoTensorParallelRanksRunThePipelineAndTheFolderRuleHold
       a.push_back(key);
     return a;
   };
-  ASSERT_EQ(run_binary(args({}), log), 0) << read_text(log);
-  const std::string output = read_text(log);
+  ASSERT_EQ(run_binary_logged(args({}), log), 0) << read_bytes(log);
+  const std::string output = read_bytes(log);
   EXPECT_EQ(output.find("held-out text"), output.rfind("held-out text")) << "rank 0 alone prints the table\n" << output;
-  const nlohmann::json results = nlohmann::json::parse(read_text(run / "results.json"));
+  const nlohmann::json results = nlohmann::json::parse(read_bytes(run / "results.json"));
   EXPECT_GT(results.at("cache_tokens").get<int64_t>(), 0);
   EXPECT_TRUE(std::isfinite(results.at("student_kd").at("loss").get<double>()));
   for (const char* stage : {"teacher", "student_kd", "student_labels"})
     EXPECT_TRUE(fs::exists(run / stage / "checkpoints" / "step_00000006" / "model-tp01-of-02.safetensors")) << stage;
 
-  const std::string before = read_text(run / "results.json");
-  EXPECT_NE(run_binary(args({}), log), 0) << "a second run into the same folder is refused";
-  EXPECT_NE(read_text(log).find("--overwrite"), std::string::npos) << read_text(log);
-  EXPECT_EQ(read_text(run / "results.json"), before);
+  const std::string before = read_bytes(run / "results.json");
+  EXPECT_NE(run_binary_logged(args({}), log), 0) << "a second run into the same folder is refused";
+  EXPECT_NE(read_bytes(log).find("--overwrite"), std::string::npos) << read_bytes(log);
+  EXPECT_EQ(read_bytes(run / "results.json"), before);
 
-  ASSERT_EQ(run_binary(args({"--resume"}), log), 0) << read_text(log);
-  EXPECT_NE(read_text(log).find("is trained"), std::string::npos) << "every stage was finished\n" << read_text(log);
-  const nlohmann::json resumed = nlohmann::json::parse(read_text(run / "results.json"));
+  ASSERT_EQ(run_binary_logged(args({"--resume"}), log), 0) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find("is trained"), std::string::npos) << "every stage was finished\n" << read_bytes(log);
+  const nlohmann::json resumed = nlohmann::json::parse(read_bytes(run / "results.json"));
   EXPECT_EQ(resumed.at("student_kd").at("loss"), results.at("student_kd").at("loss"));
 
   std::ofstream(run / "notes.txt") << "mine";
-  ASSERT_EQ(run_binary(args({"--overwrite"}), log), 0) << read_text(log);
+  ASSERT_EQ(run_binary_logged(args({"--overwrite"}), log), 0) << read_bytes(log);
   EXPECT_TRUE(fs::exists(run / "notes.txt"));
-  EXPECT_NE(read_text(log).find("training the teacher"), std::string::npos) << "trained anew\n" << read_text(log);
+  EXPECT_NE(read_bytes(log).find("training the teacher"), std::string::npos) << "trained anew\n" << read_bytes(log);
   EXPECT_EQ(testing::read_metrics(run / "teacher").size(), 6u);
 }
 

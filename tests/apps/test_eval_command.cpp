@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "distill/train/training_loop.h"
+#include "tests/apps/binary_output_support.h"
 #include "tests/distill/train/training_run_support.h"
+#include "tests/test_support.h"
 
 namespace retort::distill {
 namespace {
@@ -26,19 +28,11 @@ class EvalCommand : public ::testing::Test {
   static inline fs::path run_dir_;
 };
 
-// The binary's exit status; stdout and stderr to their own files.
+// `retort eval <args...>`: the exit status; stdout and stderr to their own files.
 int run_eval(const std::vector<std::string>& args, const fs::path& out, const fs::path& err) {
-  const char* moved = std::getenv("RETORT_BINARY");
-  std::string command = std::string(moved != nullptr ? moved : RETORT_BINARY) + " eval";
-  for (const auto& arg : args) command += " '" + arg + "'";
-  command += " > '" + out.string() + "' 2> '" + err.string() + "'";
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> words{"eval"};
+  words.insert(words.end(), args.begin(), args.end());
+  return apps_testing::run_retort_to_files(words, out.string(), err.string());
 }
 
 TEST_F(EvalCommand, JsonOnTwoRanksGivesTheFiguresOfOne) {
@@ -48,8 +42,8 @@ TEST_F(EvalCommand, JsonOnTwoRanksGivesTheFiguresOfOne) {
     std::vector<std::string> args{"--checkpoint", run_dir_.string(), "--json", "--batches", "8"};
     args.insert(args.end(), extra.begin(), extra.end());
     const fs::path out = tmp / (name + ".json"), err = tmp / (name + ".log");
-    EXPECT_EQ(run_eval(args, out, err), 0) << read_text(err);
-    const std::string text = read_text(out);
+    EXPECT_EQ(run_eval(args, out, err), 0) << ::retort::testing::read_bytes(err);
+    const std::string text = ::retort::testing::read_bytes(out);
     EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << "one line on stdout: " << text;
     return nlohmann::json::parse(text);  // throws, failing the test, unless stdout is exactly one JSON value
   };
@@ -76,10 +70,12 @@ TEST_F(EvalCommand, AStepWithoutACheckpointIsStatusTwoAndListsTheSteps) {
   const fs::path tmp = testing::fresh_dir("eval_command_bad");
   fs::create_directories(tmp);
   EXPECT_EQ(run_eval({"--checkpoint", run_dir_.string(), "--step", "5"}, tmp / "out", tmp / "err"), 2);
-  EXPECT_NE(read_text(tmp / "err").find("step(s) 3, 6"), std::string::npos) << read_text(tmp / "err");
+  EXPECT_NE(::retort::testing::read_bytes(tmp / "err").find("step(s) 3, 6"), std::string::npos)
+      << ::retort::testing::read_bytes(tmp / "err");
   EXPECT_EQ(run_eval({"--checkpoint", (run_dir_ / "checkpoints" / "step_00000006").string()}, tmp / "out", tmp / "err"),
             2);
-  EXPECT_NE(read_text(tmp / "err").find("--step 6"), std::string::npos) << read_text(tmp / "err");
+  EXPECT_NE(::retort::testing::read_bytes(tmp / "err").find("--step 6"), std::string::npos)
+      << ::retort::testing::read_bytes(tmp / "err");
 }
 
 }  // namespace

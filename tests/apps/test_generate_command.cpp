@@ -16,7 +16,9 @@
 #include "distill/train/trained_model.h"
 #include "distill/train/training_loop.h"
 #include "parallel/generate/prompts_file.h"
+#include "tests/apps/binary_output_support.h"
 #include "tests/distill/train/training_run_support.h"
+#include "tests/test_support.h"
 
 namespace retort::distill {
 namespace {
@@ -237,28 +239,23 @@ TEST_F(GenerateCommand, AMissingOrForeignTokenizerSaysWhichFileAndWhatToDo) {
 }
 
 // The real binary, as a user runs it: exit status and stderr.
+// `retort generate <args...>`, its output in `log`.
 int run_binary(const std::vector<std::string>& args, const fs::path& log) {
-  const char* moved = std::getenv("RETORT_BINARY");
-  std::string command = std::string(moved != nullptr ? moved : RETORT_BINARY) + " generate";
-  for (const auto& arg : args) command += " '" + arg + "'";
-  command += " > '" + log.string() + "' 2>&1";
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> words{"generate"};
+  words.insert(words.end(), args.begin(), args.end());
+  return apps_testing::run_retort_to_files(words, log.string());
 }
 
 TEST_F(GenerateCommand, TheBinaryReportsBadInputWithStatusTwo) {
   const fs::path log = fs::temp_directory_path() / "retort_test_generate_binary.log";
   EXPECT_EQ(run_binary({"--checkpoint", run_dir_.string(), "--prompt", ""}, log), 2);
-  EXPECT_NE(read_text(log).find("--prompt is empty"), std::string::npos) << read_text(log);
+  EXPECT_NE(::retort::testing::read_bytes(log).find("--prompt is empty"), std::string::npos)
+      << ::retort::testing::read_bytes(log);
   EXPECT_EQ(run_binary({"--checkpoint", run_dir_.string(), "--prompt", "a", "--prompts", "p.txt"}, log), 2);
-  EXPECT_NE(read_text(log).find("not both"), std::string::npos) << read_text(log);
+  EXPECT_NE(::retort::testing::read_bytes(log).find("not both"), std::string::npos)
+      << ::retort::testing::read_bytes(log);
   EXPECT_EQ(run_binary({"--checkpoint", run_dir_.string(), "--prompt", "a", "--top-p", "0"}, log), 2);
-  EXPECT_NE(read_text(log).find("top_p"), std::string::npos) << read_text(log);
+  EXPECT_NE(::retort::testing::read_bytes(log).find("top_p"), std::string::npos) << ::retort::testing::read_bytes(log);
 }
 
 TEST_F(GenerateCommand, TwoTensorParallelProcessesWriteTheSameGreedyText) {
@@ -277,8 +274,9 @@ TEST_F(GenerateCommand, TwoTensorParallelProcessesWriteTheSameGreedyText) {
     all.insert(all.end(), extra.begin(), extra.end());
     return all;
   };
-  ASSERT_EQ(run_binary(with({"--output", out1.string()}), log), 0) << read_text(log);
-  ASSERT_EQ(run_binary(with({"--output", out2.string(), "--nproc", "2"}), log), 0) << read_text(log);
+  ASSERT_EQ(run_binary(with({"--output", out1.string()}), log), 0) << ::retort::testing::read_bytes(log);
+  ASSERT_EQ(run_binary(with({"--output", out2.string(), "--nproc", "2"}), log), 0)
+      << ::retort::testing::read_bytes(log);
   const auto a = read_jsonl(out1), b = read_jsonl(out2);
   ASSERT_EQ(a.size(), 3u);
   ASSERT_EQ(b.size(), 3u);

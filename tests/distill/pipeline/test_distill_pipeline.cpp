@@ -15,6 +15,7 @@
 #include "core/util/error.h"
 #include "distill/pipeline/distill_pipeline.h"
 #include "tests/distill/distill_run_support.h"
+#include "tests/test_support.h"
 
 namespace retort::distill {
 namespace {
@@ -29,11 +30,6 @@ DistillRunReport run_pipeline(std::vector<std::string> overrides, RunStart start
                               const std::vector<std::string>& more = {}) {
   overrides.insert(overrides.end(), more.begin(), more.end());
   return run_distillation_pipeline(testing::resolve_distill(overrides), Device::cpu(), start);
-}
-
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 std::string input_error_of(const std::function<void()>& f) {
@@ -76,8 +72,8 @@ TEST(DistillPipeline, StoppedInTheTeacherAndInAStudentAndResumedGivesTheSameFigu
   const DistillRunReport resumed = run_pipeline(pipeline_overrides(run), RunStart::kResume);
   EXPECT_FALSE(resumed.teacher_trained) << "a finished teacher is not trained again";
 
-  const auto a = nlohmann::json::parse(read_text(straight / "results.json"));
-  const auto b = nlohmann::json::parse(read_text(run / "results.json"));
+  const auto a = nlohmann::json::parse(::retort::testing::read_bytes(straight / "results.json"));
+  const auto b = nlohmann::json::parse(::retort::testing::read_bytes(run / "results.json"));
   expect_same_figures(a, b);
   // Bits per byte beside nats per token, over the same held-out bytes for all three models.
   for (const char* model : {"teacher", "student_kd", "student_labels"}) {
@@ -107,7 +103,7 @@ TEST(DistillPipeline, StoppedInTheTeacherAndInAStudentAndResumedGivesTheSameFigu
 
 TEST(DistillPipeline, ARerunWithoutAFlagIsRefusedAndAnotherTeacherShapeIsAnErrorNamingTheKey) {
   const fs::path& run = straight_pipeline();
-  const std::string results = read_text(run / "results.json");
+  const std::string results = ::retort::testing::read_bytes(run / "results.json");
   const std::string refused = input_error_of([&] { run_pipeline(pipeline_overrides(run), RunStart::kNew); });
   EXPECT_NE(refused.find(run.string()), std::string::npos) << refused;
   EXPECT_NE(refused.find("--resume"), std::string::npos) << refused;
@@ -120,7 +116,7 @@ TEST(DistillPipeline, ARerunWithoutAFlagIsRefusedAndAnotherTeacherShapeIsAnError
   const std::string data =
       input_error_of([&] { run_pipeline(pipeline_overrides(run), RunStart::kResume, {"data.val_fraction=0.1"}); });
   EXPECT_NE(data.find("data.val_fraction"), std::string::npos) << data;
-  EXPECT_EQ(read_text(run / "results.json"), results) << "a refused run changes nothing";
+  EXPECT_EQ(::retort::testing::read_bytes(run / "results.json"), results) << "a refused run changes nothing";
   EXPECT_EQ(testing::read_metrics(run / "teacher").size(), 8u);
 }
 
@@ -145,12 +141,12 @@ TEST(DistillPipeline, OnlineModeWritesNoCacheANamedTeacherIsUsedAndOverwriteKeep
 TEST(DistillPipeline, NeverWritesIntoATrainingRunsFolder) {
   // The straight pipeline's teacher is a plain training run: a `distill run` with run.dir there must not touch it.
   const fs::path teacher = straight_pipeline() / "teacher";
-  const std::string config = read_text(teacher / "config.yaml");
+  const std::string config = ::retort::testing::read_bytes(teacher / "config.yaml");
   for (RunStart start : {RunStart::kNew, RunStart::kOverwrite}) {
     const std::string message = input_error_of([&] { run_pipeline(pipeline_overrides(teacher), start); });
     EXPECT_NE(message.find("metrics.jsonl"), std::string::npos) << message;
   }
-  EXPECT_EQ(read_text(teacher / "config.yaml"), config);
+  EXPECT_EQ(::retort::testing::read_bytes(teacher / "config.yaml"), config);
   EXPECT_FALSE(fs::exists(teacher / "student_kd"));
   EXPECT_EQ(testing::read_metrics(teacher).size(), 8u);
 }

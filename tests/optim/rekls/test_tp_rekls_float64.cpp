@@ -85,6 +85,32 @@ ShardingSpec spec_for(const Case& c, const std::shared_ptr<Communicator>& comm) 
   return spec;
 }
 
+// This rank's shard of every case's initial weight, tagged with its sharding.
+nn::NamedTensors local_weights(const Regime& regime, const std::shared_ptr<Communicator>& comm) {
+  nn::NamedTensors params;
+  for (size_t i = 0; i < regime.cases.size(); ++i) {
+    const Case& c = regime.cases[i];
+    const ShardingSpec spec = spec_for(c, comm);
+    Tensor local =
+        tp::shard_of(Tensor::from_floats(initial_weight(i, c), {c.rows, c.cols}), spec, comm->rank(), comm->size())
+            .clone()
+            .set_requires_grad(true);
+    local.set_sharding(spec);
+    params.emplace_back(c.name, local);
+  }
+  return params;
+}
+
+// This rank's shard of every case's gradient at `step`.
+void set_local_gradients(nn::NamedTensors& params, const Regime& regime, const std::shared_ptr<Communicator>& comm,
+                         int step) {
+  for (size_t i = 0; i < regime.cases.size(); ++i) {
+    const Case& c = regime.cases[i];
+    const Tensor full = Tensor::from_floats(gradient(i, c, step, regime.grad_scale), {c.rows, c.cols});
+    params[i].second.set_grad(tp::shard_of(full, spec_for(c, comm), comm->rank(), comm->size()).clone());
+  }
+}
+
 // Each rank's shard against the slice of the float64 weights, relative to how far that slice has moved. The bound:
 // float32 against float64 REKLS, as test_rekls_reference.cpp holds REKLS itself (2% of the movement).
 void expect_shards_match_float64(const Regime& regime, int tp) {
@@ -92,25 +118,12 @@ void expect_shards_match_float64(const Regime& regime, int tp) {
   std::atomic<double> worst{0.0};
   run_ranks(tp, [&](std::shared_ptr<Communicator> comm) {
     const int rank = comm->rank();
-    nn::NamedTensors params;
-    for (size_t i = 0; i < regime.cases.size(); ++i) {
-      const Case& c = regime.cases[i];
-      Tensor local =
-          tp::shard_of(Tensor::from_floats(initial_weight(i, c), {c.rows, c.cols}), spec_for(c, comm), rank, tp)
-              .clone()
-              .set_requires_grad(true);
-      local.set_sharding(spec_for(c, comm));
-      params.emplace_back(c.name, local);
-    }
+    nn::NamedTensors params = local_weights(regime, comm);
     ReklsOptions options;
     options.eps = regime.eps;
     TpRekls opt({{"all", params, kWeightDecay}}, options, comm);
     for (int step = 1; step <= kSteps; ++step) {
-      for (size_t i = 0; i < regime.cases.size(); ++i) {
-        const Case& c = regime.cases[i];
-        const Tensor full = Tensor::from_floats(gradient(i, c, step, regime.grad_scale), {c.rows, c.cols});
-        params[i].second.set_grad(tp::shard_of(full, spec_for(c, comm), rank, tp).clone());
-      }
+      set_local_gradients(params, regime, comm, step);
       opt.step(kLr);
       for (size_t i = 0; i < regime.cases.size(); ++i) {
         const Case& c = regime.cases[i];
@@ -181,25 +194,12 @@ void expect_factors_match_float64(const Regime& regime, int tp) {
   std::atomic<double> worst{0.0};
   run_ranks(tp, [&](std::shared_ptr<Communicator> comm) {
     const int rank = comm->rank();
-    nn::NamedTensors params;
-    for (size_t i = 0; i < regime.cases.size(); ++i) {
-      const Case& c = regime.cases[i];
-      Tensor local =
-          tp::shard_of(Tensor::from_floats(initial_weight(i, c), {c.rows, c.cols}), spec_for(c, comm), rank, tp)
-              .clone()
-              .set_requires_grad(true);
-      local.set_sharding(spec_for(c, comm));
-      params.emplace_back(c.name, local);
-    }
+    nn::NamedTensors params = local_weights(regime, comm);
     ReklsOptions options;
     options.eps = regime.eps;
     TpRekls opt({{"all", params, kWeightDecay}}, options, comm);
     for (int step = 1; step <= kSteps; ++step) {
-      for (size_t i = 0; i < regime.cases.size(); ++i) {
-        const Case& c = regime.cases[i];
-        const Tensor full = Tensor::from_floats(gradient(i, c, step, regime.grad_scale), {c.rows, c.cols});
-        params[i].second.set_grad(tp::shard_of(full, spec_for(c, comm), rank, tp).clone());
-      }
+      set_local_gradients(params, regime, comm, step);
       opt.step(kLr);
       std::map<std::string, Tensor> state;
       for (const auto& [name, t] : opt.state().tensors) state.emplace(name, t);

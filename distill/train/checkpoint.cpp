@@ -8,6 +8,7 @@
 #include "core/io/atomic_file.h"
 #include "core/io/safetensors.h"
 #include "core/util/error.h"
+#include "distill/train/checkpoint_integrity.h"
 #include "parallel/tp/sharding.h"
 
 namespace retort::distill {
@@ -67,6 +68,7 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const nn::Module
   }
   barrier();
   if (shard.main) {
+    write_checkpoint_manifest(temp_dir);  // every shard's files are in: record what a load must find
     // Replacing an existing folder of the same step (a re-run after a resume) must not lose it midway:
     // move the old one aside first, then rename the new one in.
     const fs::path stale = root / fmt::format(".old_step_{:08d}", step);
@@ -148,6 +150,7 @@ NamedTensors resharded_weights(const fs::path& dir, const nn::Module& model, int
 }  // namespace
 
 nlohmann::json load_model_weights(const fs::path& dir, nn::Module& model, const CheckpointShard& shard) {
+  verify_checkpoint(dir);
   nlohmann::json state = parse_trainer_state(dir);
   const int saved_tp = state.value("tp", 1);
   if (saved_tp == shard.tp_size) {
@@ -162,6 +165,7 @@ nlohmann::json load_model_weights(const fs::path& dir, nn::Module& model, const 
 
 nlohmann::json load_checkpoint(const fs::path& dir, nn::Module& model, optim::Optimizer& optimizer,
                                const CheckpointShard& shard) {
+  verify_checkpoint(dir);
   nlohmann::json state = read_trainer_state(dir, shard);
   for (const std::string& file : {shard.file("model"), shard.file("optimizer")})
     RETORT_INPUT_CHECK(fs::exists(dir / file), "checkpoint {} has no {}: it is incomplete", dir.string(), file);

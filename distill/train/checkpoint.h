@@ -5,7 +5,9 @@
 // previous checkpoint intact and `latest` always names a complete one.
 // Under tensor parallelism each tp rank writes its own shard (model-tp01-of-04.safetensors and the matching
 // optimizer file; trainer.json records tp) into the same folder; the main rank alone creates, renames and
-// points `latest`, with barriers between, so the folder only appears once every shard is in it.
+// points `latest`, with barriers between, so the folder only appears once every shard is in it. The main rank also
+// writes the folder's manifest.json (every file's size and content hash, checkpoint_integrity.h), and every load
+// checks it first.
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>

@@ -16,13 +16,14 @@
 #include "core/util/human_format.h"
 #include "core/util/progress.h"
 #include "distill/train/checkpoint.h"
+#include "distill/train/checkpoint_integrity.h"
 #include "distill/train/config_builders.h"
 #include "distill/train/data_position.h"
 #include "distill/train/evaluation.h"
 #include "distill/train/labels_objective.h"
 #include "distill/train/nonfinite_loss.h"
-#include "distill/train/run_tokenizer.h"
 #include "distill/train/run_metrics_log.h"
+#include "distill/train/run_tokenizer.h"
 #include "losses/cross_entropy.h"
 #include "optim/grad_clip.h"
 #include "parallel/data_parallel.h"
@@ -70,7 +71,10 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   // Before the data or the model: a refused folder costs nothing and loses nothing.
   prepare_run_folder_on_ranks(result.run_dir, start, training_run_outputs(), distill_run_results(), dist);
   const bool resume = start == RunStart::kResume;
-  const std::optional<fs::path> resume_from = resume ? latest_checkpoint(result.run_dir) : std::nullopt;
+  // One rank tidies what an interrupted save left; then every rank picks the same intact checkpoint.
+  if (resume && main) clean_interrupted_saves(result.run_dir);
+  if (resume) dist.barrier();
+  const std::optional<fs::path> resume_from = resume ? checkpoint_to_resume(result.run_dir) : std::nullopt;
   RETORT_INPUT_CHECK(!resume || resume_from.has_value(),
                      "--resume: {} has no checkpoint yet, so there is nothing to continue: run without --resume to "
                      "start it (with --overwrite instead if the folder holds an earlier attempt)",

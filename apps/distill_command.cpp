@@ -19,11 +19,15 @@ void run_train(const ResolvedConfig& config, const ConfigCommandArgs& args) {
   const distill::TrainResult r = distill::run_distill_training(
       config, device_from_args(args, config), distill::run_start_from_flags(args.resume, args.overwrite));
   if (!r.main_rank) return;
+  const std::string validation =
+      std::isnan(r.final_eval_loss)
+          ? std::string("none (no validation split: data.val_fraction = 0, or data.shards without data.val_shards)")
+          : fmt::format("{:.4f} nats/token (perplexity {:.1f})", r.final_eval_loss, std::exp(r.final_eval_loss));
   std::cout << fmt::format(
-      "\n  student validation loss   {:.4f} nats/token (perplexity {:.1f})\n"
+      "\n  student validation loss   {}\n"
       "  unigram entropy           {:.4f} nats/token\n"
       "  run directory             {}\n",
-      r.final_eval_loss, std::exp(r.final_eval_loss), r.unigram_entropy, r.run_dir.string());
+      validation, r.unigram_entropy, r.run_dir.string());
 }
 
 void run_topk(const ResolvedConfig& config, const ConfigCommandArgs& args) {

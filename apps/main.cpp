@@ -34,8 +34,8 @@ std::string version_text() {
 
 // A fatal error, printed once: a launched rank hands it to `retort launch`, which prints each distinct message once
 // with the ranks that raised it.
-void report_error(const std::string& message) {
-  if (!retort::hand_error_to_launcher(message)) spdlog::error("{}", retort::rank_error_line(message));
+void report_error(const std::string& message, retort::RankErrorKind kind = retort::RankErrorKind::kCause) {
+  if (!retort::hand_error_to_launcher(message, kind)) spdlog::error("{}", retort::rank_error_line(message));
 }
 
 // `retort train --steps 20`: the parser's complaint, and the config key the flag stands for (the config-driven
@@ -76,6 +76,9 @@ int main(int argc, char** argv) {
   } catch (const retort::InputError& e) {
     report_error(e.what());
     return 2;
+  } catch (const retort::PeerLostError& e) {
+    report_error(e.what(), retort::RankErrorKind::kLostPeer);
+    return 1;
   } catch (const std::exception& e) {
     report_error(e.what());
     return 1;

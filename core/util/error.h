@@ -19,6 +19,13 @@ class InputError : public Error {
   using Error::Error;
 };
 
+// Thrown when a collective fails because a peer rank is gone, stuck or unreachable: this rank's failure follows from
+// another's, whose own error says why. `retort launch` reports the run's cause, not the first rank to notice it.
+class PeerLostError : public Error {
+ public:
+  using Error::Error;
+};
+
 [[noreturn]] void throw_check_failure(const char* condition, const char* file, int line, const std::string& message);
 
 }  // namespace retort

@@ -123,7 +123,7 @@ void GlooCommunicator::join() {
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   const std::vector<int> missing = peers_missing(store, joined_key, deadline);
   if (!missing.empty()) {
-    throw Error(fmt::format(
+    throw PeerLostError(fmt::format(
         "rank{} {} did not join gloo group '{}' (size {}) within {}: rank {} gave up waiting. Look for an error or "
         "crash on {} before it reached this point, and check that every rank uses the same rendezvous",
         missing.size() > 1 ? "s" : "", join_ranks(missing), name_, size_, seconds_text(options_.timeout), rank_,
@@ -134,8 +134,8 @@ void GlooCommunicator::join() {
   try {
     context->connectFullMesh(store, device_);
   } catch (const std::exception& e) {
-    throw Error(fmt::format("gloo group '{}' (rank {} of {}): connecting to the other ranks failed: {}", name_, rank_,
-                            size_, e.what()));
+    throw PeerLostError(fmt::format("gloo group '{}' (rank {} of {}): connecting to the other ranks failed: {}", name_,
+                                    rank_, size_, e.what()));
   }
   // A rank's side of the mesh can be complete while a peer is still finishing its own. Without this second
   // round, a rank that fails right after joining could close its sockets under a peer still inside
@@ -144,7 +144,7 @@ void GlooCommunicator::join() {
   store.set(connected_key(rank_), {'1'});
   const std::vector<int> unconnected = peers_missing(store, connected_key, deadline);
   if (!unconnected.empty()) {
-    throw Error(fmt::format(
+    throw PeerLostError(fmt::format(
         "rank{} {} did not finish connecting gloo group '{}' (size {}) within {}: rank {} gave up waiting. Look for "
         "an error or crash on {}",
         unconnected.size() > 1 ? "s" : "", join_ranks(unconnected), name_, size_, seconds_text(options_.timeout), rank_,
@@ -175,7 +175,8 @@ template <typename Body>
 void GlooCommunicator::guarded(std::string_view what, Body&& body) {
   std::lock_guard lock(mutex_);
   if (!broken_.empty()) {
-    throw Error(fmt::format("{} on {}: the group is unusable after an earlier failure: {}", what, describe(), broken_));
+    throw PeerLostError(
+        fmt::format("{} on {}: the group is unusable after an earlier failure: {}", what, describe(), broken_));
   }
   try {
     body();
@@ -185,7 +186,7 @@ void GlooCommunicator::guarded(std::string_view what, Body&& body) {
     broken_ = e.what();
     // In a pair the lost peer is known; in a larger group the transport error does not say which one it was.
     const std::string peer = size_ == 2 ? fmt::format("The peer, rank {} of this group,", 1 - rank_) : "A peer rank";
-    throw Error(fmt::format(
+    throw PeerLostError(fmt::format(
         "{} on {} failed: {}. {} probably exited, failed, or did not reach the same collective within the {} "
         "timeout; the first error on the other ranks says why",
         what, describe(), e.what(), peer, seconds_text(options_.timeout)));

@@ -140,6 +140,10 @@ void NcclCommunicator::wait_for_nccl(const std::string& what, Clock::time_point 
     mark_broken_locked(reason);
     throw Error(fmt::format("{} on {} failed: {}", what, describe(), reason));
   };
+  auto peer_lost = [&](const std::string& reason) {
+    mark_broken_locked(reason);
+    throw PeerLostError(fmt::format("{} on {} failed: {}", what, describe(), reason));
+  };
   int polls = 0;
   auto backoff = std::chrono::microseconds(5);
   for (;;) {
@@ -159,8 +163,8 @@ void NcclCommunicator::wait_for_nccl(const std::string& what, Clock::time_point 
       fail(fmt::format("NCCL reported {} ({})", ncclGetErrorString(state), ncclGetLastError(comm_)));
     }
     if (Clock::now() > deadline) {
-      fail(fmt::format("it did not finish within {}: a peer rank probably exited, failed, or did not reach it",
-                       seconds_text(options_.timeout)));
+      peer_lost(fmt::format("it did not finish within {}: a peer rank probably exited, failed, or did not reach it",
+                            seconds_text(options_.timeout)));
     }
     // A non-blocking communicator usually finishes a launch within microseconds: spin briefly, then back off
     // to the poll interval. Sleeping the full interval at once would add ~0.2 ms to every small collective.
@@ -351,7 +355,7 @@ void NcclCommunicator::barrier() {
           fmt::format("barrier did not complete within {}: a peer rank probably exited, failed, or never reached it",
                       seconds_text(options_.timeout));
       mark_broken(reason);
-      throw Error(fmt::format("barrier on {}: {}", describe(), reason));
+      throw PeerLostError(fmt::format("barrier on {}: {}", describe(), reason));
     }
     std::this_thread::sleep_for(kPollInterval);
   }

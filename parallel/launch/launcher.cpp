@@ -76,6 +76,32 @@ class StopSignals {
   std::array<struct sigaction, 3> previous_{};
 };
 
+// The first rank to exit may only have noticed another's failure (a peer lost in a collective): then the run's
+// status and failed rank are those of a rank whose error is a cause, the lowest such rank on this node.
+void blame_the_cause(const std::vector<RankErrorGroup>& groups, const std::vector<int>& exit_codes, int first_rank,
+                     LaunchResult& result) {
+  if (result.failed_rank < 0) return;
+  const auto holds = [](const RankErrorGroup& group, int rank) {
+    return std::find(group.ranks.begin(), group.ranks.end(), rank) != group.ranks.end();
+  };
+  const bool first_lost_a_peer = std::any_of(groups.begin(), groups.end(), [&](const RankErrorGroup& group) {
+    return group.kind == RankErrorKind::kLostPeer && holds(group, result.failed_rank);
+  });
+  if (!first_lost_a_peer) return;
+  int cause = -1;
+  for (const RankErrorGroup& group : groups) {
+    if (group.kind != RankErrorKind::kCause) continue;
+    for (int rank : group.ranks) {
+      const int local = rank - first_rank;
+      if (local < 0 || local >= static_cast<int>(exit_codes.size()) || exit_codes[local] == 0) continue;
+      if (cause < 0 || rank < cause) cause = rank;
+    }
+  }
+  if (cause < 0) return;
+  result.exit_code = exit_codes[cause - first_rank];
+  result.failed_rank = cause;
+}
+
 }  // namespace
 
 int default_omp_threads(int nproc) {
@@ -123,6 +149,7 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
   }
 
   LaunchResult result;
+  std::vector<int> exit_codes(options.nproc, 0);  // by local rank
   const StopSignals signals;
   int running = options.nproc;
   std::chrono::steady_clock::time_point kill_deadline{};
@@ -137,6 +164,7 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
       *it = -1;
       --running;
       const int code = status_to_code(status);
+      exit_codes[it - pids.begin()] = code;
       if (code != 0 && result.failed_rank < 0 && !terminating) {
         result.exit_code = code;
         result.failed_rank = rank;
@@ -162,6 +190,8 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  blame_the_cause(collect_rank_errors(errors, result.failed_rank), exit_codes, options.node_rank * options.nproc,
+                  result);
   for (const RankErrorGroup& group : collect_rank_errors(errors, result.failed_rank)) {
     spdlog::error("{}", format_rank_error_group(group));
     result.rank_errors.push_back(format_rank_error_group(group));

@@ -24,7 +24,9 @@ struct LaunchOptions {
 
 struct LaunchResult {
   int exit_code = 0;     // 0, or the first failing rank's status (128 + signal for a killed rank, or for a signal
-                         // that stopped the launcher itself: then every rank is stopped and failed_rank stays -1)
+                         // that stopped the launcher itself: then every rank is stopped and failed_rank stays -1);
+                         // when the first only lost a peer (RankErrorKind::kLostPeer), the status of the lowest rank
+                         // whose error is a cause
   int failed_rank = -1;  // a global rank (RANK)
   // The ranks' error messages, one line per distinct message ("ranks 0, 1: ..."), the first failure's first; the
   // launcher has printed them.

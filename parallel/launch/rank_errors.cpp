@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <map>
 
@@ -16,6 +17,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kFilePrefix = "rank-";
+// rank-3.txt holds a cause, rank-3.lost-peer.txt an error that follows from another rank's.
+constexpr const char* kLostPeerSuffix = ".lost-peer";
 
 // Launch variables that do not parse are an error of their own, reported elsewhere; here the message must get out.
 LaunchEnv launch_env_or_single() {
@@ -28,11 +31,13 @@ LaunchEnv launch_env_or_single() {
 
 }  // namespace
 
-bool hand_error_to_launcher(const std::string& message) {
+bool hand_error_to_launcher(const std::string& message, RankErrorKind kind) {
   const char* folder = std::getenv(kRankErrorsVariable);
   if (folder == nullptr || *folder == '\0') return false;
   try {
-    write_text_atomic(fs::path(folder) / fmt::format("{}{}.txt", kFilePrefix, launch_env_or_single().rank), message);
+    const char* suffix = kind == RankErrorKind::kLostPeer ? kLostPeerSuffix : "";
+    write_text_atomic(fs::path(folder) / fmt::format("{}{}{}.txt", kFilePrefix, launch_env_or_single().rank, suffix),
+                      message);
     return true;
   } catch (const std::exception&) {
     return false;  // the folder is gone: print it here rather than lose it
@@ -45,25 +50,29 @@ std::string rank_error_line(const std::string& message) {
 }
 
 std::vector<RankErrorGroup> collect_rank_errors(const fs::path& folder, int first_rank) {
-  std::map<std::string, std::vector<int>> ranks_by_message;
+  std::map<std::pair<RankErrorKind, std::string>, std::vector<int>> ranks_by_message;
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(folder, error)) {
     const std::string name = entry.path().filename().string();
     if (!name.starts_with(kFilePrefix) || entry.path().extension() != ".txt") continue;
-    int rank = -1;
+    const std::string stem = entry.path().stem().string().substr(std::string(kFilePrefix).size());
+    const bool lost_peer = stem.ends_with(kLostPeerSuffix);
+    const std::string rank_text = lost_peer ? stem.substr(0, stem.size() - std::string(kLostPeerSuffix).size()) : stem;
+    if (rank_text.empty() || !std::all_of(rank_text.begin(), rank_text.end(), ::isdigit)) continue;  // a foreign file
     try {
-      rank = std::stoi(name.substr(std::string(kFilePrefix).size()));
-      ranks_by_message[read_file(entry.path())].push_back(rank);
+      const RankErrorKind kind = lost_peer ? RankErrorKind::kLostPeer : RankErrorKind::kCause;
+      ranks_by_message[{kind, read_file(entry.path())}].push_back(std::stoi(rank_text));
     } catch (const std::exception&) {
-      continue;  // a half-written or foreign file: the rank's exit status still tells the story
+      continue;  // a half-written file: the rank's exit status still tells the story
     }
   }
   std::vector<RankErrorGroup> groups;
-  for (auto& [message, ranks] : ranks_by_message) {
+  for (auto& [key, ranks] : ranks_by_message) {
     std::sort(ranks.begin(), ranks.end());
-    groups.push_back({std::move(ranks), message});
+    groups.push_back({std::move(ranks), key.second, key.first});
   }
   std::sort(groups.begin(), groups.end(), [first_rank](const RankErrorGroup& a, const RankErrorGroup& b) {
+    if (a.kind != b.kind) return a.kind == RankErrorKind::kCause;
     const bool a_first = std::binary_search(a.ranks.begin(), a.ranks.end(), first_rank);
     const bool b_first = std::binary_search(b.ranks.begin(), b.ranks.end(), first_rank);
     if (a_first != b_first) return a_first;

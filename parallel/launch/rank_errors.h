@@ -13,9 +13,14 @@ namespace retort {
 // The environment variable naming the folder of the ranks' error files.
 inline constexpr const char* kRankErrorsVariable = "RETORT_RANK_ERRORS";
 
+// Whether a rank's error is the run's cause, or follows from another rank's (a peer lost in a collective:
+// PeerLostError). When rank 0 stops on a missing file, rank 1 may exit first with "connection reset by peer": the
+// launcher reports rank 0's error and exit status, whichever exited first.
+enum class RankErrorKind { kCause, kLostPeer };
+
 // Reports a rank's fatal error: to the launcher's folder when there is one (and returns true: nothing to print),
 // else returns false and leaves the printing to the caller.
-bool hand_error_to_launcher(const std::string& message);
+bool hand_error_to_launcher(const std::string& message, RankErrorKind kind = RankErrorKind::kCause);
 
 // How the caller prints its own error: "rank R: message" in a multi-rank run without a launcher folder, the
 // message alone in a single process.
@@ -24,10 +29,11 @@ std::string rank_error_line(const std::string& message);
 struct RankErrorGroup {
   std::vector<int> ranks;  // in increasing order
   std::string message;
+  RankErrorKind kind = RankErrorKind::kCause;
 };
 
-// The messages in `folder`, one group per distinct message; the group holding `first_rank` (the rank that failed
-// first) comes first, the others by their lowest rank.
+// The messages in `folder`, one group per distinct message and kind: causes before lost peers; within each, the
+// group holding `first_rank` (the rank that failed first) comes first, the others by their lowest rank.
 std::vector<RankErrorGroup> collect_rank_errors(const std::filesystem::path& folder, int first_rank);
 
 // "rank 1: message" or "ranks 0, 1: message".

@@ -102,5 +102,38 @@ TEST(RankErrors, TheLauncherCollectsTheRanksMessagesOnce) {
   EXPECT_EQ(r.rank_errors[1], "ranks 0, 2: peer lost");
 }
 
+TEST(RankErrors, ALostPeerIsListedAfterTheCauseWhateverFailedFirst) {
+  ::retort::testing::TempFolder dir;
+  write_text_atomic(dir.path() / "rank-0.txt", "corpus missing");
+  write_text_atomic(dir.path() / "rank-1.lost-peer.txt", "connection reset by peer");
+  write_text_atomic(dir.path() / "rank-x.lost-peer.txt", "not a rank's");
+  const std::vector<RankErrorGroup> groups = collect_rank_errors(dir.path(), /*first_rank=*/1);
+  ASSERT_EQ(groups.size(), 2U);
+  EXPECT_EQ(groups[0].kind, RankErrorKind::kCause);
+  EXPECT_EQ(format_rank_error_group(groups[0]), "rank 0: corpus missing");
+  EXPECT_EQ(groups[1].kind, RankErrorKind::kLostPeer);
+  EXPECT_EQ(format_rank_error_group(groups[1]), "rank 1: connection reset by peer");
+}
+
+// Rank 0 stops on a bad input (status 2); rank 1, in a collective with it, exits first on the lost connection
+// (status 1). The run's status and failed rank are rank 0's, the cause, whichever exit the launcher saw first.
+TEST(RankErrors, TheLauncherReportsTheCauseNotTheFirstRankToNoticeIt) {
+  LaunchOptions options;
+  options.nproc = 2;
+  options.grace = std::chrono::seconds(5);
+  const std::string script =
+      "if [ \"$RANK\" = 0 ]; then "
+      "  printf 'corpus missing' > \"$RETORT_RANK_ERRORS/rank-0.txt\"; "
+      "  trap 'exit 2' TERM; : > \"$RETORT_RANK_ERRORS/ready-0\"; sleep 20 & wait; exit 2; fi; "
+      "while [ ! -e \"$RETORT_RANK_ERRORS/ready-0\" ]; do sleep 0.02; done; "
+      "printf 'connection reset' > \"$RETORT_RANK_ERRORS/rank-1.lost-peer.txt\"; exit 1";
+  const LaunchResult r = launch_local({"/bin/sh", "-c", script}, options);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.failed_rank, 0);
+  ASSERT_EQ(r.rank_errors.size(), 2U);
+  EXPECT_EQ(r.rank_errors[0], "rank 0: corpus missing");
+  EXPECT_EQ(r.rank_errors[1], "rank 1: connection reset");
+}
+
 }  // namespace
 }  // namespace retort

@@ -9,6 +9,7 @@
 #include "core/io/safetensors.h"
 #include "core/util/error.h"
 #include "distill/train/checkpoint_integrity.h"
+#include "distill/train/checkpoint_steps.h"
 #include "parallel/tp/sharding.h"
 
 namespace retort::distill {
@@ -19,15 +20,6 @@ namespace {
 
 fs::path checkpoints_root(const fs::path& run_dir) {
   return run_dir / "checkpoints";
-}
-
-std::vector<fs::path> complete_checkpoints(const fs::path& root) {
-  std::vector<fs::path> dirs;
-  if (!fs::exists(root)) return dirs;
-  for (const auto& entry : fs::directory_iterator(root))
-    if (entry.is_directory() && entry.path().filename().string().starts_with("step_")) dirs.push_back(entry.path());
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
 }
 
 }  // namespace
@@ -79,7 +71,7 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const nn::Module
     fs::rename(temp_dir, final_dir);
     write_text_atomic(root / "latest", final_dir.filename().string() + "\n");
     fs::remove_all(stale);
-    auto dirs = complete_checkpoints(root);
+    auto dirs = checkpoint_step_folders(root);
     for (size_t i = 0; i + static_cast<size_t>(keep_last) < dirs.size(); ++i) fs::remove_all(dirs[i]);
   }
   barrier();

@@ -11,6 +11,7 @@
 #include "core/io/atomic_file.h"
 #include "core/util/error.h"
 #include "distill/train/checkpoint.h"
+#include "distill/train/checkpoint_steps.h"
 
 namespace retort::distill {
 
@@ -20,13 +21,9 @@ namespace {
 
 constexpr const char* kManifest = "manifest.json";
 
-std::vector<fs::path> step_folders_newest_first(const fs::path& root) {
-  std::vector<fs::path> dirs;
-  if (!fs::exists(root)) return dirs;
-  for (const auto& entry : fs::directory_iterator(root))
-    if (entry.is_directory() && entry.path().filename().string().starts_with("step_")) dirs.push_back(entry.path());
-  std::sort(dirs.rbegin(), dirs.rend());
-  return dirs;
+std::vector<fs::path> newest_first(std::vector<fs::path> folders) {
+  std::reverse(folders.begin(), folders.end());
+  return folders;
 }
 
 }  // namespace
@@ -80,7 +77,7 @@ std::optional<fs::path> checkpoint_to_resume(const fs::path& run_dir) {
   if (!latest) return std::nullopt;
   const std::string damage = checkpoint_damage(*latest);
   if (damage.empty()) return latest;
-  for (const fs::path& dir : step_folders_newest_first(latest->parent_path())) {
+  for (const fs::path& dir : newest_first(checkpoint_step_folders(latest->parent_path()))) {
     if (dir == *latest || !checkpoint_damage(dir).empty()) continue;
     spdlog::warn("the newest checkpoint {} is damaged ({}); resuming from the newest intact one, {}", latest->string(),
                  damage, dir.string());

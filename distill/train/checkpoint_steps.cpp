@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
 #include <string>
 
 #include "core/util/error.h"
@@ -13,19 +14,37 @@ namespace retort::distill {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The step a folder name stands for, or nothing for another name.
+std::optional<int64_t> step_of(const std::string& name) {
+  if (!name.starts_with("step_")) return std::nullopt;
+  int64_t step = 0;
+  const char* digits = name.data() + 5;
+  const auto [end, error] = std::from_chars(digits, name.data() + name.size(), step);
+  if (error != std::errc() || end != name.data() + name.size()) return std::nullopt;
+  return step;
+}
+
+}  // namespace
+
+std::vector<fs::path> checkpoint_step_folders(const fs::path& root) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  if (!fs::is_directory(root)) return {};
+  for (const auto& entry : fs::directory_iterator(root)) {
+    if (!entry.is_directory()) continue;
+    if (const auto step = step_of(entry.path().filename().string())) found.emplace_back(*step, entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> folders;
+  for (auto& [step, folder] : found) folders.push_back(std::move(folder));
+  return folders;
+}
+
 std::vector<int64_t> checkpoint_steps(const fs::path& run_dir) {
   std::vector<int64_t> steps;
-  const fs::path root = run_dir / "checkpoints";
-  if (!fs::is_directory(root)) return steps;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || !name.starts_with("step_")) continue;
-    int64_t step = 0;
-    const char* digits = name.data() + 5;
-    const auto [end, error] = std::from_chars(digits, name.data() + name.size(), step);
-    if (error == std::errc() && end == name.data() + name.size()) steps.push_back(step);
-  }
-  std::sort(steps.begin(), steps.end());
+  for (const fs::path& folder : checkpoint_step_folders(run_dir / "checkpoints"))
+    steps.push_back(*step_of(folder.filename().string()));
   return steps;
 }
 

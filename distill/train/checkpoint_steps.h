@@ -7,6 +7,10 @@
 
 namespace retort::distill {
 
+// The step folders (step_NNNNNNNN) under `root` (a run's checkpoints folder), ascending by step; temporary folders
+// of an unfinished save and other names are not listed.
+std::vector<std::filesystem::path> checkpoint_step_folders(const std::filesystem::path& root);
+
 // The steps of the run's complete checkpoints, ascending (temporary folders of an unfinished save are not listed).
 std::vector<int64_t> checkpoint_steps(const std::filesystem::path& run_dir);
 

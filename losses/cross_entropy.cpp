@@ -20,11 +20,11 @@ constexpr const char* kOp = "cross_entropy";
 // The same signatures on both backends (cross_entropy_kernels.h): pick by the logits' device.
 #define RETORT_CE_DISPATCH(device, fn, ...) RETORT_VOCAB_DISPATCH(k, device, fn, __VA_ARGS__)
 
-k::CrossEntropyParams params_for(const CrossEntropyOptions& o, int64_t vocab_local, int tp_rank, int tp_size) {
+k::CrossEntropyParams params_for(const CrossEntropyOptions& o, const vp::VocabShard& shard) {
   k::CrossEntropyParams p;
   p.ignore_index = o.ignore_index;
-  p.vocab_start = static_cast<int64_t>(tp_rank) * vocab_local;
-  p.vocab_total = vocab_local * tp_size;
+  p.vocab_start = shard.start;
+  p.vocab_total = shard.total;
   RETORT_INPUT_CHECK(o.label_smoothing >= 0 && o.label_smoothing < 1,
                      "cross_entropy: label_smoothing must be in [0, 1), got {}", o.label_smoothing);
   const double V = static_cast<double>(p.vocab_total);
@@ -69,14 +69,13 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits_in, const Tensor&
                                           const CrossEntropyOptions& options) {
   vp::check_logits(logits_in, kOp, "logits");
   vp::check_row_labels(logits_in, targets_in, kOp, "targets");
-  const int64_t vocab_local = logits_in.size(-1);
   const auto group = vp::group_of(logits_in, options.group, kOp);
-  const int tp_rank = group ? group->rank() : 0, tp_size = group ? group->size() : 1;
-  const k::CrossEntropyParams p = params_for(options, vocab_local, tp_rank, tp_size);
+  const vp::VocabShard shard = vp::vocab_shard(logits_in, group, kOp);
+  const k::CrossEntropyParams p = params_for(options, shard);
 
   const Device device = logits_in.device();
   vp::check_backend(logits_in, kOp, "logits");
-  const Tensor logits = logits_in.view({-1, vocab_local});
+  const Tensor logits = vp::real_columns(logits_in.view({-1, shard.width}), shard);
   const Tensor targets = targets_in.to(device).view({-1});
   // Wherever a host copy exists (host targets, or CPU logits), the ids are checked there.
   const bool host_targets = targets_in.device().is_cpu() || device.is_cpu();
@@ -86,9 +85,9 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits_in, const Tensor&
   Tensor local_max = Tensor::empty({rows}, stats, device);
   Tensor partials = Tensor::empty({rows, k::partial_columns(p)}, stats, device);
   RETORT_CE_DISPATCH(device, local_stats, logits, targets, p, local_max, partials);
-  const Tensor global_max = vp::reduce_partials(group, rows, local_max, partials, [&](const Tensor& global) {
-    RETORT_CE_DISPATCH(device, rescale, local_max, global, vocab_local, partials);
-  });
+  const Tensor global_max = vp::reduce_partials(
+      group, rows, local_max, partials, shard, kOp,
+      [&](const Tensor& global) { RETORT_CE_DISPATCH(device, rescale, local_max, global, shard.valid, partials); });
   CrossEntropyForward out;
   out.loss = Tensor::empty({}, stats, device);
   CrossEntropySaved& s = out.saved;
@@ -102,6 +101,7 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits_in, const Tensor&
 #endif
   s.vocab_start = p.vocab_start;
   s.vocab_global = p.vocab_total;
+  s.vocab_valid = shard.valid;
   s.ignore_index = p.ignore_index;
   s.smoothing = p.smoothing;
   s.z_loss = p.z_loss;
@@ -117,10 +117,14 @@ void cross_entropy_backward(const Tensor& logits_in, const CrossEntropySaved& sa
                      saved.lse.defined() ? saved.lse.numel() : 0, logits_in.describe());
   const Device device = logits_in.device();
   const Tensor g = vp::scalar_grad_output(grad_output, vp::stat_dtype(logits_in), device, kOp);
-  const Tensor logits = logits_in.view({-1, vocab_local});
+  const vp::VocabShard shard{saved.vocab_start, vocab_local, saved.vocab_valid > 0 ? saved.vocab_valid : vocab_local,
+                             saved.vocab_global};
+  const Tensor logits = vp::real_columns(logits_in.view({-1, vocab_local}), shard);
   Tensor grad = grad_logits.view({-1, vocab_local});
-  RETORT_CE_DISPATCH(device, backward, logits, saved.targets, saved.lse, g, saved.denominator, params_of(saved),
-                     accumulate, grad);
+  vp::backward_on_real_columns(grad, shard, accumulate, [&](Tensor& real, bool add) {
+    RETORT_CE_DISPATCH(device, backward, logits, saved.targets, saved.lse, g, saved.denominator, params_of(saved), add,
+                       real);
+  });
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options) {
@@ -144,7 +148,7 @@ Tensor cross_entropy_with_grad(const Tensor& logits_in, const Tensor& targets_in
     const Tensor logits = logits_in.view({-1, vocab});
     Tensor grad = grad_logits.view({-1, vocab});
     if (k::row_resident::supported(logits, Tensor(), grad)) {
-      const k::CrossEntropyParams p = params_for(options, vocab, 0, 1);
+      const k::CrossEntropyParams p = params_for(options, vp::vocab_shard(logits_in, nullptr, kOp));
       const Device device = logits.device();
       const Tensor targets = targets_in.to(device).view({-1});
       const bool host_targets = targets_in.device().is_cpu();

@@ -56,6 +56,7 @@ struct CrossEntropySaved {
   Tensor denominator;        // []: the valid-token count (at least 1), 1, or the normalizer
   int64_t vocab_start = 0;   // first global id of this rank's shard
   int64_t vocab_global = 0;  // V
+  int64_t vocab_valid = 0;   // this shard's real columns (fewer than its width when the shard is padded)
   int ignore_index = -100;
   double smoothing = 0.0;  // the effective s above, for either convention
   double z_loss = 0.0;

@@ -71,19 +71,19 @@ DistributionLossForward distribution_loss_forward(const Tensor& student_in, cons
   p.normalizer = reduction.normalizer;
   const auto group = vp::group_of(student_in, options.group, kOp);
 
+  const vp::VocabShard shard = vp::vocab_shard(student_in, group, kOp);
   const Device device = student_in.device();
-  const int64_t vocab_local = student_in.size(-1);
-  const Tensor student = student_in.view({-1, vocab_local});
-  const Tensor teacher = teacher_in.view({-1, vocab_local});
+  const Tensor student = vp::real_columns(student_in.view({-1, shard.width}), shard);
+  const Tensor teacher = vp::real_columns(teacher_in.view({-1, shard.width}), shard);
   const Tensor labels = labels_in.defined() ? labels_in.to(device).view({-1}) : Tensor();
   const int64_t rows = student.size(0);
   const DType stats = vp::stat_dtype(student);
   Tensor local_max = Tensor::empty({rows, k::kMaxColumns}, stats, device);
   Tensor partials = Tensor::empty({rows, k::kPartialColumns}, stats, device);
   RETORT_KD_DISPATCH(device, local_stats, student, teacher, p, local_max, partials);
-  const Tensor global_max = vp::reduce_partials(group, rows, local_max, partials, [&](const Tensor& global) {
-    RETORT_KD_DISPATCH(device, rescale, local_max, global, p, partials);
-  });
+  const Tensor global_max = vp::reduce_partials(
+      group, rows, local_max, partials, shard, kOp,
+      [&](const Tensor& global) { RETORT_KD_DISPATCH(device, rescale, local_max, global, p, partials); });
   DistributionLossForward out;
   out.loss = Tensor::empty({}, stats, device);
   DistributionLossSaved& s = out.saved;
@@ -95,6 +95,7 @@ DistributionLossForward distribution_loss_forward(const Tensor& student_in, cons
   s.temperature = t;
   s.loss_scale = loss_scale;
   s.ignore_index = options.ignore_index;
+  s.vocab_valid = shard.valid;
   return out;
 }
 
@@ -109,11 +110,14 @@ void distribution_loss_backward(const Tensor& student_in, const Tensor& teacher_
   const Device device = student_in.device();
   const Tensor g = vp::scalar_grad_output(grad_output, vp::stat_dtype(student_in), device, kOp);
   const k::DistributionParams p = params_of(saved.divergence, saved.temperature, saved.loss_scale, saved.ignore_index);
-  const Tensor student = student_in.view({-1, vocab_local});
-  const Tensor teacher = teacher_in.view({-1, vocab_local});
+  const vp::VocabShard shard{0, vocab_local, saved.vocab_valid > 0 ? saved.vocab_valid : vocab_local, 0};
+  const Tensor student = vp::real_columns(student_in.view({-1, vocab_local}), shard);
+  const Tensor teacher = vp::real_columns(teacher_in.view({-1, vocab_local}), shard);
   Tensor grad = grad_student.view({-1, vocab_local});
-  RETORT_KD_DISPATCH(device, backward, student, teacher, saved.labels, saved.row_stats, g, saved.denominator, p,
-                     accumulate, grad);
+  vp::backward_on_real_columns(grad, shard, accumulate, [&](Tensor& real, bool add) {
+    RETORT_KD_DISPATCH(device, backward, student, teacher, saved.labels, saved.row_stats, g, saved.denominator, p, add,
+                       real);
+  });
 }
 
 Tensor distribution_loss(const Tensor& student, const Tensor& teacher, const Tensor& labels,

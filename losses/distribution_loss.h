@@ -71,6 +71,7 @@ struct DistributionLossSaved {
   double temperature = 1.0;
   double loss_scale = 1.0;  // T^2 or 1
   int ignore_index = -100;
+  int64_t vocab_valid = 0;  // the shard's real columns (fewer than its width when the shard is padded)
 };
 
 struct DistributionLossForward {

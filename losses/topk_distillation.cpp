@@ -144,26 +144,27 @@ TopkDistillationForward topk_distillation_forward(const Tensor& student_in, cons
   check_student(student_in);
   check_targets(student_in, targets);
   const auto group = vp::group_of(student_in, options.group, kOp);
-  const int tp_rank = group ? group->rank() : 0, tp_size = group ? group->size() : 1;
+  const vp::VocabShard shard = vp::vocab_shard(student_in, group, kOp);
   const Device device = student_in.device();
-  const int64_t vocab_local = student_in.size(-1), topk = targets.indices.size(-1);
-  const k::TopkParams p = params_for(options, targets.labels.defined(), tp_rank * vocab_local);
+  const int64_t topk = targets.indices.size(-1);
+  const k::TopkParams p = params_for(options, targets.labels.defined(), shard.start);
 #ifdef RETORT_WITH_CUDA
   RETORT_INPUT_CHECK(device.is_cpu() || topk <= k::cuda::kMaxTopK,
                      "{}: k = {} teacher entries per row; the CUDA kernels take at most {}", kOp, topk,
                      k::cuda::kMaxTopK);
 #endif
   // Wherever a host copy exists (host targets, or CPU logits), the ids are checked there.
-  const int64_t vocab_total = vocab_local * tp_size;
+  const int64_t vocab_total = shard.total;
   if (targets.indices.device().is_cpu() || device.is_cpu()) {
     const Tensor labels = targets.labels.defined() ? targets.labels.to(Device::cpu()) : Tensor();
     check_host_ids(targets.indices.to(Device::cpu()), labels, p, vocab_total);
   }
 
-  const Tensor student = student_in.view({-1, vocab_local});
+  const Tensor student = vp::real_columns(student_in.view({-1, shard.width}), shard);
   const int64_t rows = student.size(0);
   TopkDistillationForward out;
   TopkDistillationSaved& s = out.saved;
+  s.vocab_valid = shard.valid;
   s.indices = targets.indices.to(device).view({rows, topk});
   s.logprobs = targets.logprobs.to(device).view({rows, topk});
   s.labels = on_device(targets.labels, device, rows);
@@ -176,9 +177,9 @@ TopkDistillationForward topk_distillation_forward(const Tensor& student_in, cons
   s.row_stats = Tensor::empty({rows, k::kRowColumns}, stats, device);
   RETORT_TOPK_DISPATCH(device, local_stats, student, s.indices, s.logprobs, s.labels, p, local_max, partials,
                        s.row_stats);
-  const Tensor global_max = vp::reduce_partials(group, rows, local_max, partials, [&](const Tensor& global) {
-    RETORT_TOPK_DISPATCH(device, rescale, local_max, global, partials);
-  });
+  const Tensor global_max = vp::reduce_partials(
+      group, rows, local_max, partials, shard, kOp,
+      [&](const Tensor& global) { RETORT_TOPK_DISPATCH(device, rescale, local_max, global, partials); });
   out.loss = Tensor::empty({}, stats, device);
   s.denominator = Tensor::empty({}, stats, device);
   RETORT_TOPK_DISPATCH(device, finish, global_max, partials, s.labels, s.mask, p, s.row_stats, out.loss, s.denominator);
@@ -196,10 +197,14 @@ void topk_distillation_backward(const Tensor& student_in, const TopkDistillation
                      saved.row_stats.defined() ? saved.row_stats.size(0) : 0, student_in.describe());
   const Device device = student_in.device();
   const Tensor g = vp::scalar_grad_output(grad_output, vp::stat_dtype(student_in), device, kOp);
-  const Tensor student = student_in.view({-1, vocab_local});
+  const vp::VocabShard shard{saved.params.vocab_start, vocab_local,
+                             saved.vocab_valid > 0 ? saved.vocab_valid : vocab_local, 0};
+  const Tensor student = vp::real_columns(student_in.view({-1, vocab_local}), shard);
   Tensor grad = grad_student.view({-1, vocab_local});
-  RETORT_TOPK_DISPATCH(device, backward, student, saved.indices, saved.logprobs, saved.labels, saved.mask,
-                       saved.row_stats, g, saved.denominator, saved.params, accumulate, grad);
+  vp::backward_on_real_columns(grad, shard, accumulate, [&](Tensor& real, bool add) {
+    RETORT_TOPK_DISPATCH(device, backward, student, saved.indices, saved.logprobs, saved.labels, saved.mask,
+                         saved.row_stats, g, saved.denominator, saved.params, add, real);
+  });
 }
 
 Tensor topk_distillation_loss(const Tensor& student, const TopkTargets& targets,

@@ -104,6 +104,7 @@ struct TopkDistillationSaved {
   Tensor row_stats;          // [N, kernels::topk::kRowColumns] (f32; f64 for f64 student logits)
   Tensor denominator;        // []: the valid-row count (at least 1), 1, or the normalizer
   kernels::topk::TopkParams params;
+  int64_t vocab_valid = 0;  // the student shard's real columns (fewer than its width when the shard is padded)
 };
 
 struct TopkDistillationForward {

@@ -3,16 +3,19 @@
 // kernels: find the tp group the vocabulary is split over, check the logits, per-row labels and gradient buffers,
 // turn the reduction options into the kernels' form, pick the backend's kernels, and run the forward's two
 // collectives. Header-only.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
 #include <string_view>
 
+#include "core/tensor/slicing.h"
 #include "core/tensor/tensor.h"
 #include "core/util/error.h"
 #include "losses/cross_entropy.h"
 #include "losses/kernels/cross_entropy_kernels.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/tp/vocab_shard.h"
 
 // Every loss's kernels have the same signatures on both backends (ns::cpu and ns::cuda): pick by the device of
 // the logits.
@@ -24,6 +27,10 @@
 #endif
 
 namespace retort::losses::vocab_parallel {
+
+using tp::real_columns;
+using tp::vocab_shard;
+using tp::VocabShard;
 
 // `what` names the logits in messages ("logits", "student logits").
 inline void check_logits(const Tensor& logits, std::string_view op, std::string_view what) {
@@ -64,6 +71,21 @@ inline std::shared_ptr<Communicator> group_of(const Tensor& logits, const std::s
   return spec.group;
 }
 
+// Runs `backward(grad_of_real_columns, accumulate)` and leaves `grad` [N, width] holding its result in the real
+// columns and zero (or what it held, when accumulating) in the padding.
+template <typename Backward>
+void backward_on_real_columns(Tensor& grad, const VocabShard& s, bool accumulate, Backward&& backward) {
+  if (!s.padded()) {
+    backward(grad, accumulate);
+    return;
+  }
+  Tensor real = accumulate ? narrow_copy(grad, 1, 0, s.valid)
+                           : Tensor::empty({grad.size(0), s.valid}, grad.dtype(), grad.device());
+  backward(real, accumulate);
+  if (!accumulate) grad.copy_(Tensor::zeros(grad.shape(), grad.dtype(), grad.device()));
+  copy_into_narrow(grad, 1, 0, real);
+}
+
 // One i32 value per row: the logits' leading dims, or those rows flattened.
 inline void check_row_labels(const Tensor& logits, const Tensor& labels, std::string_view op, std::string_view what) {
   Shape leading = logits.shape();
@@ -102,12 +124,26 @@ inline DType stat_dtype(const Tensor& logits) {
 // rescale(global_max) from this rank's maxima to the global ones, summed (SUM). Returns the global maxima; without
 // a group (or rows) they are the local ones and nothing runs. Every rank has the same rows, so all of them skip
 // (or run) the collectives together.
+//
+// The MAX all-reduce also carries each rank's shard width and vocabulary (and their negatives): every rank must
+// hold the same width of the same V, or the ids would be counted wrong; a mismatch is an error with the numbers.
+inline constexpr int64_t kShardCheckValues = 4;  // width, -width, V, -V after the row maxima of the MAX all-reduce
+
 template <typename Rescale>
 Tensor reduce_partials(const std::shared_ptr<Communicator>& group, int64_t rows, const Tensor& local_max,
-                       Tensor& partials, Rescale&& rescale) {
+                       Tensor& partials, const VocabShard& shard, std::string_view op, Rescale&& rescale) {
   if (!group || rows <= 0) return local_max;
-  Tensor global_max = local_max.clone();
-  group->all_reduce(global_max, ReduceOp::Max);
+  const double w = static_cast<double>(shard.width), v = static_cast<double>(shard.total);
+  const Tensor check = Tensor::from_doubles({w, -w, v, -v}, {kShardCheckValues}, local_max.dtype(), local_max.device());
+  Tensor packed = concat({local_max.view({-1}), check}, 0);
+  group->all_reduce(packed, ReduceOp::Max);
+  const std::vector<double> seen = narrow_copy(packed, 0, local_max.numel(), kShardCheckValues).to_doubles();
+  RETORT_INPUT_CHECK(seen[0] == w && -seen[1] == w && seen[2] == v && -seen[3] == v,
+                     "{}: the ranks' vocabulary shards disagree: widths from {} to {} columns, vocabularies from {} to "
+                     "{} ids (this rank, {} of {}: {} of {}); every rank must hold an equal shard of the same "
+                     "vocabulary (ceil(V / tp) columns, the last one padded)",
+                     op, -seen[1], seen[0], -seen[3], seen[2], group->rank(), group->size(), shard.width, shard.total);
+  Tensor global_max = narrow_copy(packed, 0, 0, local_max.numel()).view(local_max.shape());
   rescale(global_max);
   group->all_reduce(partials, ReduceOp::Sum);
   return global_max;

@@ -29,6 +29,10 @@ struct ShardingSpec {
   int partition_dim = -1;  // -1: replicated (or not distributed at all when group is null)
   int blocks = 1;
   std::shared_ptr<Communicator> group;
+  // The full extent of partition_dim when the shards are padded: a vocabulary of V ids split over tp ranks in
+  // equal shards of ceil(V / tp) columns, the last shard(s) ending in columns that are no id. 0: the shards
+  // hold local size x tp real entries, no padding.
+  int64_t full_extent = 0;
 
   bool is_sharded() const { return group != nullptr && partition_dim >= 0; }
 };

@@ -8,6 +8,7 @@
 #include "core/util/error.h"
 #include "parallel/generate/sampler_kernels.h"
 #include "parallel/generate/sampling_math.h"
+#include "parallel/tp/vocab_shard.h"
 
 namespace retort::generate {
 
@@ -242,25 +243,27 @@ void SamplingOptions::validate() const {
   RETORT_INPUT_CHECK(top_p > 0 && top_p <= 1, "sampling: top_p = {} must lie in (0, 1] (1 turns it off)", top_p);
 }
 
-std::vector<int32_t> sample_next_tokens(const Tensor& logits, const SamplingOptions& options,
+std::vector<int32_t> sample_next_tokens(const Tensor& logits_in, const SamplingOptions& options,
                                         const std::vector<uint64_t>& row_keys, std::shared_ptr<Communicator> group) {
   options.validate();
-  RETORT_INPUT_CHECK(logits.defined() && logits.ndim() == 2 && logits.size(1) > 0,
+  RETORT_INPUT_CHECK(logits_in.defined() && logits_in.ndim() == 2 && logits_in.size(1) > 0,
                      "{}: logits must be 2-D [rows, V_local] with V_local > 0, got {}", kOp,
-                     logits.defined() ? logits.describe() : "an undefined tensor");
-  RETORT_INPUT_CHECK(logits.dtype() == DType::F32 || logits.dtype() == DType::BF16, "{}: logits {} must be f32 or bf16",
-                     kOp, logits.describe());
-  const int64_t rows = logits.size(0), local_vocab = logits.size(1);
+                     logits_in.defined() ? logits_in.describe() : "an undefined tensor");
+  RETORT_INPUT_CHECK(logits_in.dtype() == DType::F32 || logits_in.dtype() == DType::BF16,
+                     "{}: logits {} must be f32 or bf16", kOp, logits_in.describe());
+  const int64_t rows = logits_in.size(0), local_vocab = logits_in.size(1);
   RETORT_INPUT_CHECK(static_cast<int64_t>(row_keys.size()) == rows,
                      "{}: {} row keys for {} rows of logits; pass one key per row", kOp, row_keys.size(), rows);
   RETORT_INPUT_CHECK(local_vocab <= sm::kMaxShardTokens,
                      "{}: a vocabulary shard of {} tokens is more than the {} the sampler's exact mass sums allow; "
                      "split the vocabulary over more ranks",
                      kOp, local_vocab, sm::kMaxShardTokens);
-  const std::shared_ptr<Communicator> reduce_group = vocab_group(logits, group);
+  const std::shared_ptr<Communicator> reduce_group = vocab_group(logits_in, group);
   Communicator* g = reduce_group.get();
-  const int tp = g ? g->size() : 1;
-  const int64_t vocab = local_vocab * tp, index_base = (g ? g->rank() : 0) * local_vocab;
+  // A padded last shard (a vocabulary that does not divide by tp): its padding columns can never be drawn.
+  const tp::VocabShard shard = tp::vocab_shard(logits_in, reduce_group, kOp);
+  const Tensor logits = tp::mask_padding(logits_in, shard);
+  const int64_t vocab = shard.total, index_base = shard.start;
   RETORT_INPUT_CHECK(vocab <= INT32_MAX, "{}: a vocabulary of {} tokens does not fit int32 token ids", kOp, vocab);
   if (rows == 0) return {};
 

@@ -6,6 +6,7 @@
 
 #include "core/kernels/kernels.h"
 #include "core/util/error.h"
+#include "parallel/tp/vocab_shard.h"
 
 namespace retort::tp {
 
@@ -54,14 +55,15 @@ VocabTopK vocab_topk(const Tensor& logits, const VocabTopKOptions& options) {
                      "vocab_topk: the temperature must be a positive number, got {}", options.temperature);
   const std::shared_ptr<Communicator> group = vocab_group(logits, options.group);
   const int tp = group ? group->size() : 1, rank = group ? group->rank() : 0;
-  const int64_t local_vocab = logits.size(-1), rows = logits.numel() / local_vocab;
-  const int64_t vocab = local_vocab * tp;
+  const VocabShard shard = vocab_shard(logits, group, "vocab_topk");
+  const int64_t local_vocab = shard.width, rows = logits.numel() / local_vocab;
+  const int64_t vocab = shard.total;
   RETORT_INPUT_CHECK(options.k >= 1 && options.k <= vocab,
-                     "vocab_topk: k = {} must lie in [1, {}] (the vocabulary of {} ranks x {} columns)", options.k,
+                     "vocab_topk: k = {} must lie in [1, {}] (the vocabulary over {} ranks of {} columns)", options.k,
                      vocab, tp, local_vocab);
   const Device device = logits.device();
 
-  Tensor x = logits.view({rows, local_vocab});
+  Tensor x = mask_padding(logits.view({rows, local_vocab}), shard);
   if (options.temperature != 1.0) {
     Tensor scaled = Tensor::empty({rows, local_vocab}, DType::F32, device);
     kernels::scale(x, static_cast<float>(1.0 / options.temperature), scaled);

@@ -36,6 +36,7 @@
 
 #include "core/tensor/tensor.h"
 #include "loss_test_support.h"
+#include "losses/vocab_parallel.h"
 #include "parallel/comm/thread_ranks.h"
 #include "tests/test_support.h"
 
@@ -222,7 +223,8 @@ std::string dtypes_trace(DType dtype, DType side) {
   EXPECT_EQ(got.forward_calls.size(), 2u) << "rank " << r;
   if (got.forward_calls.size() != 2) return false;
   EXPECT_EQ(got.forward_calls[0].op, ReduceOp::Max);
-  EXPECT_EQ(got.forward_calls[0].shape, max_shape);
+  // The row maxima, flattened, followed by the shard-width and vocabulary check (vocab_parallel::reduce_partials).
+  EXPECT_EQ(got.forward_calls[0].shape, (Shape{shape_numel(max_shape) + losses::vocab_parallel::kShardCheckValues}));
   EXPECT_EQ(got.forward_calls[1].op, ReduceOp::Sum);
   EXPECT_EQ(got.forward_calls[1].shape, sum_shape);
   EXPECT_TRUE(got.backward_calls.empty()) << "rank " << r << ": the backward ran a collective";
@@ -593,6 +595,58 @@ void expect_the_loss_does_not_depend_on_the_split() {
     EXPECT_NEAR(seen[1], seen[0], 1e-12 * std::abs(seen[0]));
     EXPECT_NEAR(seen[2], seen[0], 1e-12 * std::abs(seen[0]));
   }
+}
+
+// A vocabulary that does not divide by tp (2, 3 and 4): equal shards of ceil(V / tp) columns, the last one ending in
+// NaN padding that is no id (ShardingSpec::full_extent = V). Every rank's loss equals the dense float64 one and its
+// LOCAL gradient its slice of the dense gradient, with zero in the padding.
+template <typename F>
+void expect_a_padded_last_shard_to_equal_the_dense_loss() {
+  typename F::Case c = F::split_case();
+  while (c.vocab_local % 2 == 0 || c.vocab_local % 3 == 0) --c.vocab_local;  // V divides by none of 2, 3, 4
+  for (const typename F::Options& o : F::split_options()) {
+    SCOPED_TRACE(F::job_label(o));
+    const typename F::Problem whole = F::problem_for(c, 1, o);
+    const Reference ref = F::reference_for(c, whole, o, DType::F64, DType::F64);
+    for (int tp : {2, 3, 4}) {
+      typename F::Problem p = whole;
+      p.vocab_local = (whole.vocab + tp - 1) / tp;
+      ASSERT_LT(p.vocab_local * (tp - 1), p.vocab);
+      const auto results = run_tp<F>(c, {Job<F>{o, &p}}, tp, DType::F64, DType::F64, Device::cpu());
+      for (int r = 0; r < tp; ++r) {
+        const RankResult& got = results[0][static_cast<size_t>(r)];
+        EXPECT_LE(loss_error(got.loss, ref.loss), 1e-13) << "V " << p.vocab << " tp " << tp << " rank " << r;
+        EXPECT_LE(grad_error(got.grad, column_slice(ref.grad, p, r, 0.0), ref.grad_unit), 1e-12)
+            << "V " << p.vocab << " tp " << tp << " rank " << r;
+      }
+    }
+  }
+}
+
+// Shards of unequal width (or of different vocabularies) are refused with the numbers, on every rank.
+template <typename F>
+void expect_unequal_shards_to_be_refused() {
+  const typename F::Case c = F::split_case();
+  const typename F::Options o = F::split_options().front();
+  const typename F::Problem whole = F::problem_for(c, 1, o);
+  run_ranks(
+      2,
+      [&](std::shared_ptr<Communicator> gloo) {
+        // Each rank alone sees a consistent split (V = width x 2 holds every id); together they disagree.
+        const int64_t width = whole.vocab / 2 + (gloo->rank() == 0 ? 0 : 2);
+        typename F::Problem p = whole;
+        p.vocab_local = width;
+        Tensor logits = Tensor::zeros({whole.rows, width}, DType::F64);
+        logits.set_sharding({1, 1, gloo});
+        const auto inputs = F::inputs(c, p, gloo->rank(), logits.shape(), DType::F64, {Device::cpu(), true});
+        try {
+          F::loss(logits, inputs, o);
+          ADD_FAILURE() << "rank " << gloo->rank() << ": unequal shards were accepted";
+        } catch (const InputError& e) {
+          EXPECT_NE(std::string(e.what()).find("shards disagree"), std::string::npos) << e.what();
+        }
+      },
+      test_gloo_options());
 }
 
 // A batch with no rows at tp 2: loss 0, no collective needed (every rank skips them together), an empty gradient.

@@ -34,14 +34,20 @@ inline std::vector<double> stored(const std::vector<double>& values, DType dtype
   return Tensor::from_doubles(values, {static_cast<int64_t>(values.size())}, dtype).to_doubles();
 }
 
-// Columns [rank * V_local, (rank + 1) * V_local) of a [rows, vocab] matrix (p: rows, vocab, vocab_local).
+// Columns [rank * V_local, (rank + 1) * V_local) of a [rows, vocab] matrix (p: rows, vocab, vocab_local). A shard
+// that reaches past the vocabulary (a padded last shard: V_local = ceil(vocab / tp)) holds `padding` there: NaN
+// for inputs (a loss that read it would show it), 0 for the expected gradient.
 template <typename Problem>
-std::vector<double> column_slice(const std::vector<double>& dense, const Problem& p, int rank) {
+std::vector<double> column_slice(const std::vector<double>& dense, const Problem& p, int rank,
+                                 double padding = std::numeric_limits<double>::quiet_NaN()) {
   std::vector<double> out;
   out.reserve(static_cast<size_t>(p.rows * p.vocab_local));
+  const int64_t start = rank * p.vocab_local;
+  const int64_t real = std::clamp<int64_t>(p.vocab - start, 0, p.vocab_local);
   for (int64_t i = 0; i < p.rows; ++i) {
-    const double* row = dense.data() + i * p.vocab + rank * p.vocab_local;
-    out.insert(out.end(), row, row + p.vocab_local);
+    const double* row = dense.data() + i * p.vocab + start;
+    out.insert(out.end(), row, row + real);
+    out.insert(out.end(), static_cast<size_t>(p.vocab_local - real), padding);
   }
   return out;
 }
@@ -159,6 +165,11 @@ RankResult run_rank(const Problem& p, const std::vector<double>& dense, bool thr
   const Shape shape = three_d ? Shape{2, p.rows / 2, p.vocab_local} : Shape{p.rows, p.vocab_local};
   Tensor logits = Tensor::from_doubles(column_slice(dense, p, rank), shape, dtype, device);
   const auto group = record_group(transport, group_in_options, logits, options.group);
+  if (group && !group_in_options) {
+    ShardingSpec spec = logits.sharding();
+    spec.full_extent = p.vocab;  // the shards may end in padding
+    logits.set_sharding(spec);
+  }
   logits.set_requires_grad();
   Tensor loss = loss_of(logits, options);
   return finish_rank(loss, logits, group.get());

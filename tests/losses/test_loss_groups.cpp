@@ -25,6 +25,14 @@ TYPED_TEST(LossGroups, TheLossDoesNotDependOnTheSplit) {
   expect_the_loss_does_not_depend_on_the_split<TypeParam>();
 }
 
+TYPED_TEST(LossGroups, APaddedLastShardEqualsTheDenseLossAtTpTwoThreeAndFour) {
+  expect_a_padded_last_shard_to_equal_the_dense_loss<TypeParam>();
+}
+
+TYPED_TEST(LossGroups, UnequalShardsAreRefusedWithTheNumbers) {
+  expect_unequal_shards_to_be_refused<TypeParam>();
+}
+
 TYPED_TEST(LossGroups, EmptyBatchAtTpTwo) {
   expect_empty_batch_at_tp_two<TypeParam>();
 }

@@ -255,6 +255,32 @@ TEST(VocabSampler, EveryTpSizeGivesEveryRankTheDenseTokens) {
     }
 }
 
+// A vocabulary of 61 ids (divisible by none of 2, 3, 4) in shards of ceil(61 / tp) columns, the last one ending in
+// padding of +1e4 that would take every draw if it were read: every rank draws the dense tokens of the 61 ids.
+TEST(VocabSampler, APaddedLastShardIsNeverDrawn) {
+  const int64_t rows = 16, vocab = 61;
+  const std::vector<double> logits = random_logits(rows, vocab, false, 41);
+  const std::vector<uint64_t> keys = random_keys(rows, 5);
+  const Tensor dense = Tensor::from_doubles(logits, {rows, vocab}, DType::F64).to(DType::F32);
+  const std::vector<SamplingOptions> grid = {{0.0, 0, 1.0, 3}, {1.0, 0, 1.0, 3}, {1.0, 7, 1.0, 3}, {0.8, 0, 0.9, 3}};
+  std::vector<std::vector<int32_t>> want;
+  for (const SamplingOptions& options : grid) want.push_back(sample_next_tokens(dense, options, keys));
+  for (int tp : {2, 3, 4}) {
+    const int64_t width = (vocab + tp - 1) / tp;
+    run_ranks(tp, [&](std::shared_ptr<Communicator> comm) {
+      std::vector<double> shard;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = comm->rank() * width; j < (comm->rank() + 1) * width; ++j)
+          shard.push_back(j < vocab ? logits[static_cast<size_t>(r * vocab + j)] : 1e4);
+      Tensor local = Tensor::from_doubles(shard, {rows, width}, DType::F32);
+      local.set_sharding({1, 1, comm, vocab});
+      for (size_t i = 0; i < grid.size(); ++i)
+        EXPECT_EQ(sample_next_tokens(local, grid[i], keys), want[i])
+            << "tp " << tp << " rank " << comm->rank() << " options " << i;
+    });
+  }
+}
+
 TEST(VocabSampler, FrequenciesAtTpTwoMatchTheReference) {
   // The statistical check once more through the collectives (tokens equal the dense ones above; this also covers
   // a row whose most likely tokens sit on different ranks).

@@ -136,6 +136,28 @@ TEST(VocabTopK, TemperatureAndExplicitGroup) {
   }
 }
 
+// A vocabulary of 61 ids (divisible by none of 2, 3, 4) in shards of ceil(61 / tp) columns, the last one ending in
+// padding of +1e4 that would win every row if it were read: every rank holds the dense top-k of the 61 real ids.
+TEST(VocabTopK, APaddedLastShardIsNeverPicked) {
+  const int64_t rows = 6, vocab = 61;
+  for (int tp : {2, 3, 4}) {
+    const Mat logits = make_logits(rows, vocab, false, DType::F32, 11);
+    const int k = 20;
+    const Dense want = dense_topk(logits, k, 1.0);
+    const int64_t width = (vocab + tp - 1) / tp;
+    run_ranks(tp, [&](std::shared_ptr<Communicator> comm) {
+      std::vector<double> shard;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = comm->rank() * width; j < (comm->rank() + 1) * width; ++j)
+          shard.push_back(j < vocab ? logits.at(r, j) : 1e4);
+      Tensor local = Tensor::from_doubles(shard, {rows, width}, DType::F32);
+      local.set_sharding({1, 1, comm, vocab});
+      expect_rank_matches(tp::vocab_topk(local, {k, 1.0, nullptr}), want, k,
+                          "tp " + std::to_string(tp) + " rank " + std::to_string(comm->rank()));
+    });
+  }
+}
+
 TEST(VocabTopK, OnTheGpuWithoutCollectives) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const int64_t rows = 16, vocab = 32768;
@@ -185,7 +207,7 @@ TEST(VocabTopK, BadInputIsAnError) {
     local.set_sharding({1, 1, comm});
     EXPECT_NE(testing::message_of([&] {
                 tp::vocab_topk(local, {17, 1.0, nullptr});
-              }).find("k = 17 must lie in [1, 16] (the vocabulary of 2 ranks x 8 columns)"),
+              }).find("k = 17 must lie in [1, 16] (the vocabulary over 2 ranks of 8 columns)"),
               std::string::npos);
     EXPECT_NE(testing::message_of([&] {
                 tp::vocab_topk(local, {4, 0.0, nullptr});

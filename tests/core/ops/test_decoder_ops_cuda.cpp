@@ -24,9 +24,10 @@ double bound(DType dtype) {
   return dtype == DType::F32 ? 2e-5 : 1e-2;
 }
 
-// The same stored values on another device, requiring a gradient.
+// A fresh leaf holding the same stored values on `device`, requiring a gradient (a copy even on the CPU, where
+// to() would hand back `t` itself).
 Tensor leaf_on(const Tensor& t, Device device) {
-  Tensor out = t.to(device);
+  Tensor out = t.clone().to(device);
   out.set_requires_grad();
   return out;
 }

@@ -2,13 +2,18 @@
 #include "core/kernels/cuda/common.cuh"  // first: it configures fmt for nvcc
 // clang-format on
 
-// Causal self-attention on packed projections, materialising the [T, T] probabilities (they are saved for
-// the backward pass anyway). Forward: q, k, v are permuted from [B, T, 3, H, D] to head-major
-// [3, B, H, T, D]; S = Q K^T / sqrt(D) by one strided-batched cuBLAS call (float32 scores); a masked row
-// softmax writes P; O = P V by a second call (float32 result), permuted back to [B, T, C].
-// Backward: dP = dO V^T, dS = P * (dP - rowsum(P * dP)) / sqrt(D), dQ = dS K, dK = dS^T Q, dV = P^T dO,
-// the three gradients permuted into dqkv. All products take the storage dtype of qkv (bf16 stays on the
-// tensor cores) and accumulate in float32; a probs tensor of another dtype is converted for the products.
+// Causal attention with grouped-query heads, materialising the [T, T] probabilities (they are saved for the
+// backward pass anyway). q [B, T, H * D], k and v [B, T, KV * D], each read through its row stride, so the packed
+// [B, T, 3C] projections of GPT are the case KV = H with stride 3C. Forward: q, k, v are permuted to head-major
+// [B, H, T, D] and [B, KV, T, D]. The g = H / KV query heads of group j are heads j g .. j g + g - 1, contiguous in
+// that layout: one batch entry of g T query rows against T keys, so each product is one strided-batched cuBLAS
+// call over B KV entries, and the [g T, T] scores of an entry are the [B, H, T, T] probabilities' rows in order
+// (query t = row % T). S = Q K^T / sqrt(D) (float32 scores); a masked row softmax writes P; O = P V (float32
+// result), permuted back to [B, T, H * D].
+// Backward: dP = dO V^T, dS = P * (dP - rowsum(P * dP)) / sqrt(D), dQ = dS K, dK = dS^T Q, dV = P^T dO: the last
+// two contract over the g T rows of an entry, which sums the key/value gradients over the group. All products take
+// the storage dtype of q (bf16 stays on the tensor cores) and accumulate in float32; a probs tensor of another
+// dtype is converted for the products.
 #include <cmath>
 
 #include "core/kernels/backends.h"
@@ -17,21 +22,19 @@ namespace retort::kernels::cuda {
 namespace {
 using namespace detail;
 
-// Between the packed layout [B, T, S, H, D] (S = 3 for qkv, S = 1 for a [B, T, C] tensor) and the head-major
-// layout [S, B, H, T, D]: one warp per row of D elements, 8-element packs when D and both bases allow.
+// Between a [B, T, row_stride] tensor whose H heads of D sit at columns h D and the head-major layout
+// [B, H, T, D]: one warp per row of D elements, 8-element packs when D, the row stride and both bases allow.
 template <typename TI, typename TO, bool kToHeads>
-__global__ void permute_kernel(const TI* in, TO* out, int64_t B, int64_t T, int64_t S, int64_t H, int64_t D, bool vec) {
-  const int64_t rows = S * B * H * T;
+__global__ void permute_kernel(const TI* in, TO* out, int64_t B, int64_t T, int64_t H, int64_t D, int64_t row_stride,
+                               bool vec) {
+  const int64_t rows = B * H * T;
   const int lane = threadIdx.x;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.y) {
     const int64_t t = r % T;
-    int64_t rest = r / T;
-    const int64_t h = rest % H;
-    rest /= H;
-    const int64_t b = rest % B;
-    const int64_t s = rest / B;
-    const int64_t packed = ((b * T + t) * S + s) * H * D + h * D;
+    const int64_t h = (r / T) % H;
+    const int64_t b = r / (T * H);
+    const int64_t packed = (b * T + t) * row_stride + h * D;
     const int64_t heads = r * D;
     const TI* src = in + (kToHeads ? packed : heads);
     TO* dst = out + (kToHeads ? heads : packed);
@@ -77,58 +80,73 @@ __global__ void causal_softmax_backward_kernel(const TP* probs, const float* dpr
   }
 }
 
+// Batch, positions, query heads, key/value heads, head size.
 struct Dims {
-  int64_t B, T, C, H, D;
+  int64_t B, T, H, KV, D;
+  int64_t group() const { return H / KV; }
 };
 
+// One of q, k, v (or of their gradients) inside a [B, T, row_stride] tensor: where head 0 of row 0 starts.
+template <typename P>
+struct Part {
+  P data;
+  int64_t row_stride;
+};
+using In = Part<const void*>;
+using Out = Part<void*>;
+
+// A [B, T, row_stride] part with `heads` heads to head-major [B, heads, T, D], or back.
 template <bool kToHeads>
-void permute(const void* in, DType in_dtype, void* out, DType out_dtype, const Dims& d, int64_t S) {
-  const int64_t rows = S * d.B * d.H * d.T;
+void permute(const void* in, DType in_dtype, void* out, DType out_dtype, const Dims& d, int64_t heads,
+             int64_t row_stride) {
+  const int64_t rows = d.B * heads * d.T;
   if (rows == 0 || d.D == 0) return;
   const dim3 block(32, 8);
   const unsigned grid = static_cast<unsigned>(std::clamp<int64_t>((rows + 7) / 8, 1, int64_t{1} << 20));
-  const bool vec = d.D % 8 == 0 && aligned16(in) && aligned16(out);
+  const bool vec = d.D % 8 == 0 && row_stride % 8 == 0 && aligned16(in) && aligned16(out);
   dispatch_float(in_dtype, "attention", [&](auto ti) {
     dispatch_float(out_dtype, "attention", [&](auto to) {
       using TI = typename decltype(ti)::type;
       using TO = typename decltype(to)::type;
       permute_kernel<TI, TO, kToHeads><<<grid, block, 0, rc::current_stream()>>>(
-          static_cast<const TI*>(in), static_cast<TO*>(out), d.B, d.T, S, d.H, d.D, vec);
+          static_cast<const TI*>(in), static_cast<TO*>(out), d.B, d.T, heads, d.D, row_stride, vec);
       RETORT_CUDA_CHECK_LAUNCH();
     });
   });
 }
 
-Dims dims_of(const Tensor& qkv, int n_head) {
-  Dims d{qkv.size(0), qkv.size(1), qkv.size(2) / 3, n_head, 0};
-  check(n_head > 0 && d.C % n_head == 0, "attention (CUDA): width {} does not split into {} heads", d.C, n_head);
-  d.D = d.C / n_head;
-  return d;
-}
+// The head-major copies of q, k, v in the compute dtype, one buffer.
+struct Heads {
+  rc::ScratchBuffer buffer;
+  const char *q, *k, *v;
+  Heads(const In& q_in, const In& k_in, const In& v_in, DType ct, const Dims& d)
+      : buffer((d.H + 2 * d.KV) * d.B * d.T * d.D * dtype_size(ct)) {
+    const size_t cs = dtype_size(ct);
+    q = static_cast<const char*>(buffer.data());
+    k = q + d.B * d.H * d.T * d.D * cs;
+    v = k + d.B * d.KV * d.T * d.D * cs;
+    permute<true>(q_in.data, ct, const_cast<char*>(q), ct, d, d.H, q_in.row_stride);
+    permute<true>(k_in.data, ct, const_cast<char*>(k), ct, d, d.KV, k_in.row_stride);
+    permute<true>(v_in.data, ct, const_cast<char*>(v), ct, d, d.KV, v_in.row_stride);
+  }
+};
 
-}  // namespace
-
-void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs) {
-  rc::DeviceGuard guard(device_of(qkv, "attention_forward"));
-  const Dims d = dims_of(qkv, n_head);
-  if (qkv.numel() == 0) return;
-  const DType ct = qkv.dtype(), pt = probs.dtype();
-  const int64_t BH = d.B * d.H, TD = d.T * d.D, TT = d.T * d.T;
+void forward(const In& q_in, const In& k_in, const In& v_in, DType ct, const Dims& d, Tensor& out, Tensor& probs) {
+  if (d.B * d.T * d.D == 0) return;
+  const DType pt = probs.dtype();
+  const int64_t BH = d.B * d.H, entries = d.B * d.KV, g = d.group();
+  const int64_t TD = d.T * d.D, TT = d.T * d.T;
   const size_t cs = dtype_size(ct);
   cudaStream_t stream = rc::current_stream();
-
-  rc::ScratchBuffer heads(3 * BH * TD * cs);
-  permute<true>(qkv.raw_data(), ct, heads.data(), ct, d, 3);
-  const char* q = static_cast<const char*>(heads.data());
-  const char* k = q + BH * TD * cs;
-  const char* v = k + BH * TD * cs;
+  const Heads heads(q_in, k_in, v_in, ct, d);
 
   // Scores in float32 (in place in probs when probs is f32): bf16 scores would cost 2-3 digits in exp().
   std::optional<rc::ScratchBuffer> score_buffer;
   float* scores = pt == DType::F32 ? probs.data<float>() : nullptr;
   if (!scores) scores = static_cast<float*>(score_buffer.emplace(BH * TT * sizeof(float)).data());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.D)));
-  gemm_strided(false, true, d.T, d.T, d.D, scale, q, d.D, TD, k, d.D, TD, 0.f, scores, d.T, TT, BH, ct, DType::F32);
+  gemm_strided(false, true, g * d.T, d.T, d.D, scale, heads.q, d.D, g * TD, heads.k, d.D, TD, 0.f, scores, d.T, g * TT,
+               entries, ct, DType::F32);
 
   dispatch_float(pt, "attention_forward", [&](auto tp) {
     using TP = typename decltype(tp)::type;
@@ -145,26 +163,22 @@ void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs
     convert(probs.raw_data(), pt, probs_copy->data(), ct, BH * TT);
   }
   rc::ScratchBuffer y(BH * TD * sizeof(float));
-  gemm_strided(false, false, d.T, d.D, d.T, 1.f, p, d.T, TT, v, d.D, TD, 0.f, y.data(), d.D, TD, BH, ct, DType::F32);
-  permute<false>(y.data(), DType::F32, out.raw_data(), out.dtype(), d, 1);
+  gemm_strided(false, false, g * d.T, d.D, d.T, 1.f, p, d.T, g * TT, heads.v, d.D, TD, 0.f, y.data(), d.D, g * TD,
+               entries, ct, DType::F32);
+  permute<false>(y.data(), DType::F32, out.raw_data(), out.dtype(), d, d.H, d.H * d.D);
 }
 
-void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head, Tensor& dqkv) {
-  rc::DeviceGuard guard(device_of(qkv, "attention_backward"));
-  const Dims d = dims_of(qkv, n_head);
-  if (qkv.numel() == 0) return;
-  const DType ct = qkv.dtype(), pt = probs.dtype();
-  const int64_t BH = d.B * d.H, TD = d.T * d.D, TT = d.T * d.T;
+void backward(const Tensor& dout, const In& q_in, const In& k_in, const In& v_in, DType ct, const Tensor& probs,
+              const Dims& d, const Out& dq_out, const Out& dk_out, const Out& dv_out, DType grad_dtype) {
+  if (d.B * d.T * d.D == 0) return;
+  const DType pt = probs.dtype();
+  const int64_t BH = d.B * d.H, entries = d.B * d.KV, g = d.group();
+  const int64_t TD = d.T * d.D, TT = d.T * d.T;
   const size_t cs = dtype_size(ct);
   cudaStream_t stream = rc::current_stream();
-
-  rc::ScratchBuffer heads(3 * BH * TD * cs);
-  permute<true>(qkv.raw_data(), ct, heads.data(), ct, d, 3);
-  const char* q = static_cast<const char*>(heads.data());
-  const char* k = q + BH * TD * cs;
-  const char* v = k + BH * TD * cs;
+  const Heads heads(q_in, k_in, v_in, ct, d);
   rc::ScratchBuffer dy(BH * TD * cs);
-  permute<true>(dout.raw_data(), dout.dtype(), dy.data(), ct, d, 1);
+  permute<true>(dout.raw_data(), dout.dtype(), dy.data(), ct, d, d.H, d.H * d.D);
 
   std::optional<rc::ScratchBuffer> probs_copy;
   const void* p = probs.raw_data();
@@ -175,7 +189,8 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& pro
 
   rc::ScratchBuffer dp(BH * TT * sizeof(float));
   auto* dpf = static_cast<float*>(dp.data());
-  gemm_strided(false, true, d.T, d.T, d.D, 1.f, dy.data(), d.D, TD, v, d.D, TD, 0.f, dpf, d.T, TT, BH, ct, DType::F32);
+  gemm_strided(false, true, g * d.T, d.T, d.D, 1.f, dy.data(), d.D, g * TD, heads.v, d.D, TD, 0.f, dpf, d.T, g * TT,
+               entries, ct, DType::F32);
 
   rc::ScratchBuffer ds(BH * TT * cs);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.D)));
@@ -192,14 +207,74 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& pro
     });
   });
 
-  rc::ScratchBuffer grads(3 * BH * TD * sizeof(float));
+  const int64_t kv_elems = entries * TD;
+  rc::ScratchBuffer grads((BH * TD + 2 * kv_elems) * sizeof(float));
   auto* dq = static_cast<float*>(grads.data());
   float* dk = dq + BH * TD;
-  float* dv = dk + BH * TD;
-  gemm_strided(false, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, TT, k, d.D, TD, 0.f, dq, d.D, TD, BH, ct, DType::F32);
-  gemm_strided(true, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, TT, q, d.D, TD, 0.f, dk, d.D, TD, BH, ct, DType::F32);
-  gemm_strided(true, false, d.T, d.D, d.T, 1.f, p, d.T, TT, dy.data(), d.D, TD, 0.f, dv, d.D, TD, BH, ct, DType::F32);
-  permute<false>(grads.data(), DType::F32, dqkv.raw_data(), dqkv.dtype(), d, 3);
+  float* dv = dk + kv_elems;
+  gemm_strided(false, false, g * d.T, d.D, d.T, 1.f, ds.data(), d.T, g * TT, heads.k, d.D, TD, 0.f, dq, d.D, g * TD,
+               entries, ct, DType::F32);
+  // dK and dV contract over the g T query rows of an entry: the sum over the group's heads.
+  gemm_strided(true, false, d.T, d.D, g * d.T, 1.f, ds.data(), d.T, g * TT, heads.q, d.D, g * TD, 0.f, dk, d.D, TD,
+               entries, ct, DType::F32);
+  gemm_strided(true, false, d.T, d.D, g * d.T, 1.f, p, d.T, g * TT, dy.data(), d.D, g * TD, 0.f, dv, d.D, TD, entries,
+               ct, DType::F32);
+  permute<false>(dq, DType::F32, dq_out.data, grad_dtype, d, d.H, dq_out.row_stride);
+  permute<false>(dk, DType::F32, dk_out.data, grad_dtype, d, d.KV, dk_out.row_stride);
+  permute<false>(dv, DType::F32, dv_out.data, grad_dtype, d, d.KV, dv_out.row_stride);
+}
+
+Dims packed_dims(const Tensor& qkv, int n_head) {
+  const int64_t C = qkv.size(2) / 3;
+  check(n_head > 0 && C % n_head == 0, "attention (CUDA): width {} does not split into {} heads", C, n_head);
+  return {qkv.size(0), qkv.size(1), n_head, n_head, C / n_head};
+}
+
+Dims split_dims(const Tensor& q, int n_head, int n_kv_head) {
+  check(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && q.size(2) % n_head == 0,
+        "attention (CUDA): {} query heads of width {} do not group into {} key/value heads", n_head, q.size(2),
+        n_kv_head);
+  return {q.size(0), q.size(1), n_head, n_kv_head, q.size(2) / n_head};
+}
+
+// Byte offset of column `col` of a tensor of dtype `dt`.
+const void* at(const Tensor& t, int64_t col) {
+  return static_cast<const char*>(t.raw_data()) + col * dtype_size(t.dtype());
+}
+void* at(Tensor& t, int64_t col) {
+  return static_cast<char*>(t.raw_data()) + col * dtype_size(t.dtype());
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs) {
+  rc::DeviceGuard guard(device_of(qkv, "attention_forward"));
+  const Dims d = packed_dims(qkv, n_head);
+  const int64_t C = d.H * d.D;
+  forward({at(qkv, 0), 3 * C}, {at(qkv, C), 3 * C}, {at(qkv, 2 * C), 3 * C}, qkv.dtype(), d, out, probs);
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head, Tensor& out,
+                       Tensor& probs) {
+  rc::DeviceGuard guard(device_of(q, "attention_forward"));
+  const Dims d = split_dims(q, n_head, n_kv_head);
+  forward({q.raw_data(), q.size(2)}, {k.raw_data(), k.size(2)}, {v.raw_data(), v.size(2)}, q.dtype(), d, out, probs);
+}
+
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head, Tensor& dqkv) {
+  rc::DeviceGuard guard(device_of(qkv, "attention_backward"));
+  const Dims d = packed_dims(qkv, n_head);
+  const int64_t C = d.H * d.D;
+  backward(dout, {at(qkv, 0), 3 * C}, {at(qkv, C), 3 * C}, {at(qkv, 2 * C), 3 * C}, qkv.dtype(), probs, d,
+           {at(dqkv, 0), 3 * C}, {at(dqkv, C), 3 * C}, {at(dqkv, 2 * C), 3 * C}, dqkv.dtype());
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                        int n_head, int n_kv_head, Tensor& dq, Tensor& dk, Tensor& dv) {
+  rc::DeviceGuard guard(device_of(q, "attention_backward"));
+  const Dims d = split_dims(q, n_head, n_kv_head);
+  backward(dout, {q.raw_data(), q.size(2)}, {k.raw_data(), k.size(2)}, {v.raw_data(), v.size(2)}, q.dtype(), probs, d,
+           {dq.raw_data(), dq.size(2)}, {dk.raw_data(), dk.size(2)}, {dv.raw_data(), dv.size(2)}, dq.dtype());
 }
 
 }  // namespace retort::kernels::cuda

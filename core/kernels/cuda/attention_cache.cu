@@ -17,6 +17,9 @@
 // in shared memory once per query tile instead of once per query; lane j of a warp scores key j of the tile
 // against one query, and the lanes then own head dimensions for the weighted sum of values.
 //
+// Grouped-query heads: query head h reads key/value head h / group of the cache [B, KV, cap, D]. q, k and v are read
+// through row strides, so the packed [B, Tn, 3C] projections of GPT are the case group = 1 with stride 3C.
+//
 // Scores, sums and outputs are f32 whatever the storage dtype.
 #include <cmath>
 
@@ -26,21 +29,29 @@ namespace retort::kernels::cuda {
 namespace {
 using namespace detail;
 
+// The new keys and values (KV heads, rows kv_stride apart) into the cache [B, KV, cap, D].
 template <typename T>
-__global__ void append_kernel(const T* qkv, const int32_t* starts, T* k_cache, T* v_cache, int64_t B, int64_t Tn,
-                              int64_t C, int64_t H, int64_t D, int64_t cap) {
-  const int64_t n = B * Tn * C;
+__global__ void append_kernel(const T* k_new, const T* v_new, int64_t kv_stride, const int32_t* starts, T* k_cache,
+                              T* v_cache, int64_t B, int64_t Tn, int64_t KV, int64_t D, int64_t cap) {
+  const int64_t width = KV * D, n = B * Tn * width;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t c = i % C, bt = i / C, b = bt / Tn, t = bt % Tn;
+    const int64_t c = i % width, bt = i / width, b = bt / Tn, t = bt % Tn;
     const int64_t pos = starts[b] + t;
     if (pos >= cap) continue;  // a finished row's padding past the end of its cache
     const int64_t h = c / D, d = c % D;
-    const int64_t slot = ((b * H + h) * cap + pos) * D + d;
-    k_cache[slot] = qkv[bt * 3 * C + C + c];
-    v_cache[slot] = qkv[bt * 3 * C + 2 * C + c];
+    const int64_t slot = ((b * KV + h) * cap + pos) * D + d;
+    k_cache[slot] = k_new[bt * kv_stride + c];
+    v_cache[slot] = v_new[bt * kv_stride + c];
   }
 }
+
+// Where the new queries are and how query heads map onto the cache's key/value heads.
+struct Queries {
+  int64_t stride;  // between consecutive positions of q
+  int64_t H;       // query heads
+  int64_t group;   // query heads per key/value head
+};
 
 // kVec consecutive elements as floats; p aligned to kVec * sizeof(T) bytes.
 template <int kVec, typename T>
@@ -77,23 +88,24 @@ constexpr int kUnroll = 2;  // keys per group per iteration
 // elements (i * kG + g) * kVec .. + kVec - 1 for i < kChunks, those below D.
 template <typename T, int kVec, int kG, int kChunks>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
-    decode_kernel(const T* qkv, const int32_t* starts, const T* k_cache, const T* v_cache, T* out, int64_t Tn,
-                  int64_t C, int64_t H, int64_t D, int64_t cap, float scale) {
+    decode_kernel(const T* q_new, Queries qs, const int32_t* starts, const T* k_cache, const T* v_cache, T* out,
+                  int64_t Tn, int64_t D, int64_t cap, float scale) {
   constexpr int kPerLane = kVec * kChunks, kHead = kG * kPerLane, kGroups = 32 / kG;
   constexpr int kBlockKeys = kDecodeWarps * kGroups;
   __shared__ float warp_m[kDecodeWarps], warp_l[kDecodeWarps];
   __shared__ float warp_acc[kDecodeWarps][kHead];
 
-  const int64_t t = blockIdx.x % Tn, bh = blockIdx.x / Tn, h = bh % H, b = bh / H;
+  const int64_t H = qs.H, t = blockIdx.x % Tn, bh = blockIdx.x / Tn, h = bh % H, b = bh / H;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane % kG;
   const int slot = warp * kGroups + lane / kG;  // this group's key within a block iteration
   const int64_t seen = min(static_cast<int64_t>(starts[b]) + t + 1, cap);
-  const T* keys = k_cache + bh * cap * D;
-  const T* values = v_cache + bh * cap * D;
+  const int64_t kv_head = b * (H / qs.group) + h / qs.group;
+  const T* keys = k_cache + kv_head * cap * D;
+  const T* values = v_cache + kv_head * cap * D;
 
   bool owned[kChunks];
   float q[kChunks][kVec];
-  const T* q_row = qkv + (b * Tn + t) * 3 * C + h * D;
+  const T* q_row = q_new + (b * Tn + t) * qs.stride + h * D;
 #pragma unroll
   for (int i = 0; i < kChunks; ++i) {
     const int64_t d = static_cast<int64_t>(i * kG + g) * kVec;
@@ -183,7 +195,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     total += warp_l[w] * factor[w];
   }
   const float inv = 1.f / total;  // key 0 is always seen, so total >= 1
-  T* out_row = out + (b * Tn + t) * C + h * D;
+  T* out_row = out + (b * Tn + t) * H * D + h * D;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float sum = 0.f;
 #pragma unroll
@@ -201,8 +213,8 @@ constexpr int kPrefillMaxHead = 128;
 // kDims = ceil(D / 32): head elements per lane in the weighted sum (lane owns d = lane + 32 i).
 template <typename T, int kDims>
 __global__ void __launch_bounds__(kPrefillWarps * 32)
-    prefill_kernel(const T* qkv, const int32_t* starts, const T* k_cache, const T* v_cache, T* out, int64_t Tn,
-                   int64_t C, int64_t H, int64_t D, int64_t cap, float scale) {
+    prefill_kernel(const T* q_new, Queries qs, const int32_t* starts, const T* k_cache, const T* v_cache, T* out,
+                   int64_t Tn, int64_t D, int64_t cap, float scale) {
   extern __shared__ float shared[];
   // Keys padded to D + 1 floats: lane j reads key j's element d, and the odd stride puts the 32 lanes in 32 banks.
   const int64_t key_stride = D + 1;
@@ -211,17 +223,18 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
   float* s_v = s_k + kKeyTile * key_stride;  // [kKeyTile][D]
 
   const int64_t tiles = (Tn + kQueryTile - 1) / kQueryTile;
-  const int64_t tile = blockIdx.x % tiles, bh = blockIdx.x / tiles, h = bh % H, b = bh / H;
+  const int64_t H = qs.H, tile = blockIdx.x % tiles, bh = blockIdx.x / tiles, h = bh % H, b = bh / H;
   const int64_t t0 = tile * kQueryTile, t_end = min(t0 + kQueryTile, Tn);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t start = starts[b];
   const int64_t block_seen = min(start + t_end, cap);  // keys the tile's last query sees
-  const T* keys = k_cache + bh * cap * D;
-  const T* values = v_cache + bh * cap * D;
+  const int64_t kv_head = b * (H / qs.group) + h / qs.group;
+  const T* keys = k_cache + kv_head * cap * D;
+  const T* values = v_cache + kv_head * cap * D;
 
   for (int64_t i = threadIdx.x; i < kQueryTile * D; i += blockDim.x) {
     const int64_t tq = t0 + i / D, d = i % D;
-    s_q[i] = tq < Tn ? to_f32(qkv[(b * Tn + tq) * 3 * C + h * D + d]) * scale : 0.f;
+    s_q[i] = tq < Tn ? to_f32(q_new[(b * Tn + tq) * qs.stride + h * D + d]) * scale : 0.f;
   }
 
   float m[kQueriesPerWarp], l[kQueriesPerWarp], acc[kQueriesPerWarp][kDims];
@@ -278,7 +291,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
   for (int r = 0; r < kQueriesPerWarp; ++r) {
     const int64_t tq = t0 + warp * kQueriesPerWarp + r;
     if (tq >= Tn) break;
-    T* out_row = out + (b * Tn + tq) * C + h * D;
+    T* out_row = out + (b * Tn + tq) * H * D + h * D;
     const float inv = 1.f / l[r];  // key 0 is always seen
 #pragma unroll
     for (int i = 0; i < kDims; ++i) {
@@ -300,17 +313,17 @@ constexpr int64_t kDecodeMaxQueries = 4;
 constexpr int64_t kMaxHead = 256;
 
 template <typename T>
-void launch_decode(const T* qkv, const int32_t* starts, const T* k, const T* v, T* out, int64_t B, int64_t Tn,
-                   int64_t C, int64_t H, int64_t D, int64_t cap, float scale) {
-  const unsigned blocks = static_cast<unsigned>(B * H * Tn);
+void launch_decode(const T* q, Queries qs, const int32_t* starts, const T* k, const T* v, T* out, int64_t B, int64_t Tn,
+                   int64_t D, int64_t cap, float scale) {
+  const unsigned blocks = static_cast<unsigned>(B * qs.H * Tn);
   const auto run = [&](auto vec, auto groups, auto chunks) {
     decode_kernel<T, decltype(vec)::value, decltype(groups)::value, decltype(chunks)::value>
-        <<<blocks, kDecodeWarps * 32, 0, rc::current_stream()>>>(qkv, starts, k, v, out, Tn, C, H, D, cap, scale);
+        <<<blocks, kDecodeWarps * 32, 0, rc::current_stream()>>>(q, qs, starts, k, v, out, Tn, D, cap, scale);
   };
   using I = std::integral_constant<int, 1>;
   constexpr int kVec = 16 / sizeof(T);
   using V = std::integral_constant<int, kVec>;
-  const bool aligned = aligned16(qkv) && aligned16(k) && aligned16(v);
+  const bool aligned = aligned16(q) && aligned16(k) && aligned16(v) && qs.stride % kVec == 0;
   if (aligned && D % kVec == 0 && D <= 32 * kVec) {
     // 16-byte vectors: a group of D / kVec lanes (rounded up to a power of two) per key.
     switch (next_pow2(D / kVec)) {
@@ -343,18 +356,47 @@ void launch_decode(const T* qkv, const int32_t* starts, const T* k, const T* v, 
 }
 
 template <typename T>
-void launch_prefill(const T* qkv, const int32_t* starts, const T* k, const T* v, T* out, int64_t B, int64_t Tn,
-                    int64_t C, int64_t H, int64_t D, int64_t cap, float scale) {
+void launch_prefill(const T* q, Queries qs, const int32_t* starts, const T* k, const T* v, T* out, int64_t B,
+                    int64_t Tn, int64_t D, int64_t cap, float scale) {
   const int64_t tiles = (Tn + kQueryTile - 1) / kQueryTile;
-  const unsigned blocks = static_cast<unsigned>(B * H * tiles);
+  const unsigned blocks = static_cast<unsigned>(B * qs.H * tiles);
   const size_t shared = sizeof(float) * static_cast<size_t>(kQueryTile * D + kKeyTile * (D + 1) + kKeyTile * D);
   const auto run = [&](auto dims) {
     prefill_kernel<T, decltype(dims)::value>
-        <<<blocks, kPrefillWarps * 32, shared, rc::current_stream()>>>(qkv, starts, k, v, out, Tn, C, H, D, cap, scale);
+        <<<blocks, kPrefillWarps * 32, shared, rc::current_stream()>>>(q, qs, starts, k, v, out, Tn, D, cap, scale);
   };
   if (D <= 32) return run(std::integral_constant<int, 1>{});
   if (D <= 64) return run(std::integral_constant<int, 2>{});
   return run(std::integral_constant<int, 4>{});
+}
+
+// q [B, Tn, H * D] (rows q_stride apart), the new k and v [B, Tn, KV * D] (rows kv_stride apart): append, then
+// attend.
+void with_cache(const void* q, int64_t q_stride, const void* k_new, const void* v_new, int64_t kv_stride, DType dtype,
+                const Tensor& starts, int64_t B, int64_t Tn, int64_t H, int64_t KV, int64_t D, Tensor& k_cache,
+                Tensor& v_cache, Tensor& out) {
+  const int64_t cap = k_cache.size(2);
+  if (D > kMaxHead) fail_input("attention_with_cache (CUDA): head dimension {} is above the kernels' {}", D, kMaxHead);
+  if (B * Tn == 0) return;
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  const Queries qs{q_stride, H, H / KV};
+  dispatch_float(dtype, "attention_with_cache", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int threads = 256;
+    append_kernel<T><<<grid_for(B * Tn * KV * D, threads), threads, 0, rc::current_stream()>>>(
+        static_cast<const T*>(k_new), static_cast<const T*>(v_new), kv_stride, starts.data<int32_t>(),
+        k_cache.data<T>(), v_cache.data<T>(), B, Tn, KV, D, cap);
+    RETORT_CUDA_CHECK_LAUNCH();
+    const T* qt = static_cast<const T*>(q);
+    if (Tn <= kDecodeMaxQueries || D > kPrefillMaxHead) {
+      launch_decode<T>(qt, qs, starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(), out.data<T>(), B, Tn, D,
+                       cap, scale);
+    } else {
+      launch_prefill<T>(qt, qs, starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(), out.data<T>(), B, Tn, D,
+                        cap, scale);
+    }
+    RETORT_CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace
@@ -362,26 +404,19 @@ void launch_prefill(const T* qkv, const int32_t* starts, const T* k, const T* v,
 void attention_with_cache(const Tensor& qkv, const Tensor& starts, int n_head, Tensor& k_cache, Tensor& v_cache,
                           Tensor& out) {
   rc::DeviceGuard guard(device_of(qkv, "attention_with_cache"));
-  const int64_t B = qkv.size(0), Tn = qkv.size(1), C = qkv.size(2) / 3, H = n_head, D = C / n_head;
-  const int64_t cap = k_cache.size(2);
-  if (D > kMaxHead) fail_input("attention_with_cache (CUDA): head dimension {} is above the kernels' {}", D, kMaxHead);
-  if (B * Tn == 0) return;
-  const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  dispatch_float(qkv.dtype(), "attention_with_cache", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const int threads = 256;
-    append_kernel<T><<<grid_for(B * Tn * C, threads), threads, 0, rc::current_stream()>>>(
-        qkv.data<T>(), starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(), B, Tn, C, H, D, cap);
-    RETORT_CUDA_CHECK_LAUNCH();
-    if (Tn <= kDecodeMaxQueries || D > kPrefillMaxHead) {
-      launch_decode<T>(qkv.data<T>(), starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(), out.data<T>(), B,
-                       Tn, C, H, D, cap, scale);
-    } else {
-      launch_prefill<T>(qkv.data<T>(), starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(), out.data<T>(), B,
-                        Tn, C, H, D, cap, scale);
-    }
-    RETORT_CUDA_CHECK_LAUNCH();
-  });
+  const int64_t C = qkv.size(2) / 3, H = n_head, D = C / n_head;
+  const auto* base = static_cast<const char*>(qkv.raw_data());
+  const size_t cs = dtype_size(qkv.dtype());
+  with_cache(base, 3 * C, base + C * cs, base + 2 * C * cs, 3 * C, qkv.dtype(), starts, qkv.size(0), qkv.size(1), H, H,
+             D, k_cache, v_cache, out);
+}
+
+void attention_with_cache(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& starts, int n_head,
+                          int n_kv_head, Tensor& k_cache, Tensor& v_cache, Tensor& out) {
+  rc::DeviceGuard guard(device_of(q, "attention_with_cache"));
+  check(k.size(2) == v.size(2), "attention_with_cache (CUDA): k {} and v {} differ", k.describe(), v.describe());
+  with_cache(q.raw_data(), q.size(2), k.raw_data(), v.raw_data(), k.size(2), q.dtype(), starts, q.size(0), q.size(1),
+             n_head, n_kv_head, q.size(2) / n_head, k_cache, v_cache, out);
 }
 
 }  // namespace retort::kernels::cuda

@@ -6,7 +6,7 @@ export DEBIAN_FRONTEND=noninteractive
 packages=(
   cmake ninja-build g++ pkg-config
   libeigen3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-  libsentencepiece-dev libgtest-dev libgloo-dev libhiredis-dev
+  libsentencepiece-dev libpcre2-dev libicu-dev libgtest-dev libgloo-dev libhiredis-dev
   redis-server                   # the multi-node rendezvous test (a local server on a free port)
   fortunes fortunes-min          # the embedded default corpus: /usr/share/games/fortunes
   python3 python3-torch python3-numpy  # the PyTorch twin tests (CPU)

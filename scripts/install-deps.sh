@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything retort needs from Debian's packages (run as root on Debian 12 or newer).
+#   scripts/install-deps.sh          what building and running retort needs
+#   scripts/install-deps.sh tests    that, and the test artifacts that are not in git: the real Llama-3 and Qwen3
+#                                    tokenizer.json files (scripts/fetch-hf-tokenizers.sh, with Debian's npm)
 # The CUDA toolkit, when present under /usr/local/cuda, is picked up by CMake; it is not installed here.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -16,4 +19,7 @@ for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); d
 if ((${#missing[@]})); then
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+if [[ ${1:-} == tests ]]; then
+  bash "$(dirname "$0")/fetch-hf-tokenizers.sh"
 fi

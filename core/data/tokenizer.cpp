@@ -309,12 +309,14 @@ std::string tokenizer_copy_name(const fs::path& path) {
 
 fs::path copy_tokenizer_file(const fs::path& path, const fs::path& folder) {
   const fs::path copy = folder / tokenizer_copy_name(path);
+  fs::create_directories(folder);
   write_file_atomic(copy, read_file(path));
   if (path.extension() == ".json") {
     const fs::path config = path.parent_path() / kTokenizerConfigName;
     if (fs::is_regular_file(config)) {
-      if (!fs::equivalent(config, folder / kTokenizerConfigName)) {
-        write_file_atomic(folder / kTokenizerConfigName, read_file(config));
+      const fs::path target = folder / kTokenizerConfigName;
+      if (!fs::exists(target) || !fs::equivalent(config, target)) {
+        write_file_atomic(target, read_file(config));
       }
     } else {
       fs::remove(folder / kTokenizerConfigName);

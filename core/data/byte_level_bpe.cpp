@@ -133,9 +133,9 @@ std::string describe(const json& value) {
 
 const json& member(const json& object, const char* key, const std::string& path, const std::string& origin) {
   RETORT_INPUT_CHECK(object.is_object() && object.contains(key),
-                     "'{}': {}.{} is missing: the file is not a complete tokenizer.json; take it as "
-                     "the model's save_pretrained wrote it",
-                     origin, path, key);
+                     "'{}': {}{} is missing: the file is not a complete tokenizer.json; take it as the model's "
+                     "save_pretrained wrote it",
+                     origin, path.empty() ? "" : path + ".", key);
   return object.at(key);
 }
 
@@ -260,6 +260,8 @@ void ByteLevelBpe::read_model(const json& model) {
   }
   tokens_.assign(size, std::string());
   used_.assign(size, 0);
+  token_ids_.reserve(vocab.size() + 1024);
+  vocab_by_bytes_.reserve(vocab.size());
   std::unordered_map<char32_t, unsigned char> unicode_to_byte;
   for (int b = 0; b < 256; ++b) unicode_to_byte[byte_to_unicode()[b]] = static_cast<unsigned char>(b);
   for (const auto& [text, id] : vocab.items()) {

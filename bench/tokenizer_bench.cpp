@@ -18,6 +18,7 @@
 #include "bench/harness/sample_stats.h"
 #include "core/data/tokenizer.h"
 #include "core/io/atomic_file.h"
+#include "core/util/error.h"
 
 using namespace retort;
 namespace fs = std::filesystem;
@@ -86,9 +87,16 @@ int main(int argc, char** argv) {
         fmt::print("{:<10} {:<12} {:>8.2f} MB/s  ({} files, {} bytes, {} tokens, load {:.2f} s)\n", name, mode, mb_s,
                    texts.size(), bytes, tokens, load_s);
         if (json) {
-          json->write({{"bench", "tokenizer_encode"}, {"impl", "retort"}, {"tokenizer", name}, {"mode", mode},
-                       {"mb_per_s", mb_s}, {"bytes", bytes}, {"files", texts.size()}, {"tokens", tokens},
-                       {"load_s", load_s}, {"threads", 1}});
+          json->write({{"bench", "tokenizer_encode"},
+                       {"impl", "retort"},
+                       {"tokenizer", name},
+                       {"mode", mode},
+                       {"mb_per_s", mb_s},
+                       {"bytes", bytes},
+                       {"files", texts.size()},
+                       {"tokens", tokens},
+                       {"load_s", load_s},
+                       {"threads", 1}});
         }
       }
     }

@@ -66,7 +66,7 @@ double validation_loss(const fs::path& run_dir, const std::string& text = "") {
 }
 
 TEST(RunTokenizer, ARunOnATokenizerJsonKeepsItWithItsConfig) {
-  if (!fs::exists(kCorpusA)) GTEST_SKIP() << "Debian's fortunes package is not installed";
+  if (!fs::exists(kCorpusA) || !fs::exists(kCorpusB)) GTEST_SKIP() << "Debian's fortunes package is not installed";
   TempFolder folder;
   // A Hugging Face tokenizer.json (GPT-2 style, 384 ids) with the tokenizer_config.json that names its eos token.
   const fs::path model = folder.path() / "hf";
@@ -88,7 +88,7 @@ TEST(RunTokenizer, ARunOnATokenizerJsonKeepsItWithItsConfig) {
   fs::remove_all(data);
   fs::remove_all(model);
   EXPECT_NO_THROW(generated_text(run));
-  EXPECT_TRUE(std::isfinite(validation_loss(run, "Coffee, tea or milk?")));
+  EXPECT_TRUE(std::isfinite(validation_loss(run, kCorpusB)));
 }
 
 TEST(RunTokenizer, AnEarlierRunKeepsItsTokenizerWhenTheCorpusChanges) {

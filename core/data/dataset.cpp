@@ -273,7 +273,13 @@ PreparedDataset prepare_token_dataset(const DatasetOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   fs::create_directories(options.data_dir);
   const fs::path manifest_path = options.data_dir / kManifestName;
-  const fs::path tokenizer_path = options.data_dir / kTokenizerName;
+  const json manifest = read_manifest(manifest_path);
+  // The folder's copy of its tokenizer: the name its manifest records, else the name a given file's copy takes
+  // (tokenizer.json for a tokenizer.json), else the trained model's.
+  const std::string tokenizer_name = manifest.is_object() ? manifest.value("tokenizer", std::string(kTokenizerName))
+                                     : options.tokenizer.empty() ? std::string(kTokenizerName)
+                                                                 : tokenizer_copy_name(options.tokenizer);
+  const fs::path tokenizer_path = options.data_dir / tokenizer_name;
 
   const std::vector<fs::path> files = resolve_corpus(options.corpus);
   std::optional<Tokenizer> given;
@@ -289,7 +295,6 @@ PreparedDataset prepare_token_dataset(const DatasetOptions& options) {
 
   PreparedDataset result;
   result.tokenizer_path = tokenizer_path;
-  const json manifest = read_manifest(manifest_path);
   std::optional<Tokenizer> tokenizer;
   // A folder with a manifest already has its tokenizer: it is reused or the call is refused, never retrained.
   if (manifest.is_object()) {
@@ -336,8 +341,7 @@ PreparedDataset prepare_token_dataset(const DatasetOptions& options) {
     if (given) {
       spdlog::info("data: using the tokenizer '{}' ({}, vocab {}) as it is", options.tokenizer.string(),
                    given->fingerprint(), given->vocab_size());
-      write_file_atomic(tokenizer_path, read_file(options.tokenizer));
-      tokenizer = Tokenizer::load(tokenizer_path);
+      tokenizer = Tokenizer::load(copy_tokenizer_file(options.tokenizer, options.data_dir));
     } else {
       spdlog::info("data: training a BPE tokenizer (vocab {}) on {} documents", options.vocab_size, documents.size());
       tokenizer = Tokenizer::train(
@@ -345,7 +349,7 @@ PreparedDataset prepare_token_dataset(const DatasetOptions& options) {
     }
     building = json{{"format", "retort-token-dataset"}, {"version", kManifestVersion},
                     {"corpus_spec", options.corpus},    {"corpus", corpus},
-                    {"tokenizer", kTokenizerName},      {"tokenizer_fingerprint", tokenizer->fingerprint()}};
+                    {"tokenizer", tokenizer_name},      {"tokenizer_fingerprint", tokenizer->fingerprint()}};
   } else {
     spdlog::info("data: reusing tokenizer '{}' ({}); rebuilding the shards", tokenizer_path.string(),
                  tokenizer->fingerprint());

@@ -2,7 +2,8 @@
 // Corpus -> tokenizer -> train/validation token shards, cached in a data folder; or pre-tokenized shards used as
 // they are.
 //
-// The folder holds tokenizer.model, train_NNN.bin, val_NNN.bin and manifest.json. The manifest records
+// The folder holds its tokenizer (tokenizer.model; a given tokenizer.json is kept as tokenizer.json, with the
+// tokenizer_config.json beside it), train_NNN.bin, val_NNN.bin and manifest.json. The manifest records
 // what the folder was made from (corpus files with sizes and content hashes, vocab size, the JSON-lines text
 // field, a given tokenizer file) and what it holds (tokenizer fingerprint, split settings and seed, shard names
 // and counts). The tokenizer of a folder is made once and never replaced: runs trained on the folder rely on it

@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <unordered_map>
 
+#include "core/data/byte_level_bpe.h"
 #include "core/data/content_hash.h"
 #include "core/data/corpus.h"
 #include "core/data/rng.h"
+#include "core/data/tokenizer_backend.h"
 #include "core/io/atomic_file.h"
 #include "core/util/error.h"
 
@@ -111,20 +114,139 @@ std::unordered_map<std::string, std::string> trainer_arguments(int64_t vocab_siz
   };
 }
 
+// A SentencePiece model (retort's own, or one given as data.tokenizer).
+class SentencePieceBackend final : public TokenizerBackend {
+ public:
+  SentencePieceBackend(const std::string& model_bytes, const fs::path& path)
+      : processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()), path_(path) {
+    const auto status = processor_->LoadFromSerializedProto(model_bytes);
+    RETORT_INPUT_CHECK(status.ok(), "'{}' is not a SentencePiece model ({}): train a tokenizer with retort first",
+                       path_.string(), status.ToString());
+  }
+  void encode(std::string_view text, bool, std::vector<int32_t>& ids,
+              std::vector<CharOffsets>* offsets) const override {
+    if (!offsets) {
+      std::vector<int> out;
+      const auto status = processor_->Encode(text, &out);
+      check(status, text);
+      ids.insert(ids.end(), out.begin(), out.end());
+      return;
+    }
+    sentencepiece::ImmutableSentencePieceText spt;
+    const auto status = processor_->Encode(text, spt.mutable_proto());
+    check(status, text);
+    spt.ConvertToUnicodeSpans();
+    for (const auto& piece : spt.pieces()) {
+      ids.push_back(static_cast<int32_t>(piece.id()));
+      offsets->push_back({piece.begin(), piece.end()});
+    }
+  }
+  std::string decode(std::span<const int32_t> ids, bool) const override {
+    std::string text;
+    const auto status = processor_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+    RETORT_CHECK(status.ok(), "tokenizer '{}' failed to decode {} ids: {}", path_.string(), ids.size(),
+                 status.ToString());
+    return text;
+  }
+  std::string piece(int32_t id) const override { return processor_->IdToPiece(id); }
+  int64_t vocab_size() const override { return processor_->GetPieceSize(); }
+  const char* kind() const override { return "sentencepiece"; }
+  int32_t eos_id() const { return processor_->eos_id(); }
+
+ private:
+  void check(const sentencepiece::util::Status& status, std::string_view text) const {
+    RETORT_CHECK(status.ok(), "tokenizer '{}' failed to encode {} bytes of text: {}", path_.string(), text.size(),
+                 status.ToString());
+  }
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  fs::path path_;
+};
+
+// A Hugging Face tokenizer.json.
+class ByteLevelBpeBackend final : public TokenizerBackend {
+ public:
+  ByteLevelBpeBackend(std::string_view json_text, const fs::path& path) : bpe_(json_text, path.string()) {}
+  void encode(std::string_view text, bool add_special_tokens, std::vector<int32_t>& ids,
+              std::vector<CharOffsets>* offsets) const override {
+    bpe_.encode(text, add_special_tokens, ids, offsets);
+  }
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const override {
+    return bpe_.decode(ids, skip_special_tokens);
+  }
+  std::string piece(int32_t id) const override { return bpe_.token(id); }
+  int64_t vocab_size() const override { return bpe_.vocab_size(); }
+  const char* kind() const override { return "tokenizer.json"; }
+  const ByteLevelBpe& bpe() const { return bpe_; }
+
+ private:
+  ByteLevelBpe bpe_;
+};
+
+constexpr const char* kTokenizerConfigName = "tokenizer_config.json";
+
+// The eos token of a tokenizer.json: tokenizer_config.json's "eos_token" beside it, else a known name.
+std::string choose_eos_token(const ByteLevelBpe& bpe, const fs::path& path) {
+  const fs::path config_path = path.parent_path() / kTokenizerConfigName;
+  if (fs::is_regular_file(config_path)) {
+    nlohmann::json config;
+    try {
+      config = nlohmann::json::parse(read_file(config_path));
+    } catch (const nlohmann::json::exception& error) {
+      throw InputError(fmt::format("'{}' is not valid JSON ({}): it names the eos token of '{}'; fix or remove it",
+                                   config_path.string(), error.what(), path.string()));
+    }
+    const nlohmann::json eos = config.value("eos_token", nlohmann::json());
+    std::string name;
+    if (eos.is_string()) name = eos.get<std::string>();
+    if (eos.is_object() && eos.contains("content")) name = eos.at("content").get<std::string>();
+    if (!name.empty()) {
+      RETORT_INPUT_CHECK(bpe.token_id(name).has_value(),
+                         "'{}' names the eos token \"{}\", which the tokenizer '{}' does not have: fix its "
+                         "\"eos_token\", or remove the file to use the tokenizer's own <|endoftext|>, <|end_of_text|> "
+                         "or </s>",
+                         config_path.string(), name, path.string());
+      return name;
+    }
+  }
+  for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>"}) {
+    if (bpe.token_id(name)) return name;
+  }
+  throw InputError(fmt::format(
+      "the tokenizer '{}' has no end-of-document token, which retort uses to separate documents: it has none of "
+      "<|endoftext|>, <|end_of_text|>, </s>; put a {} with \"eos_token\": \"...\" naming one of its tokens beside it",
+      path.string(), kTokenizerConfigName));
+}
+
+bool is_tokenizer_json(const fs::path& path, std::string_view bytes) {
+  if (path.extension() == ".json") return true;
+  if (path.extension() == ".model") return false;
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && bytes[first] == '{';
+}
+
 }  // namespace
 
-Tokenizer::Tokenizer(std::string model_bytes, fs::path model_path)
-    : processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()), model_path_(std::move(model_path)) {
-  const auto status = processor_->LoadFromSerializedProto(model_bytes);
-  RETORT_INPUT_CHECK(status.ok(), "'{}' is not a SentencePiece model ({}): train a tokenizer with retort first",
-                     model_path_.string(), status.ToString());
-  vocab_size_ = processor_->GetPieceSize();
-  eos_id_ = processor_->eos_id();
+Tokenizer::Tokenizer(std::string model_bytes, fs::path model_path) : model_path_(std::move(model_path)) {
+  if (is_tokenizer_json(model_path_, model_bytes)) {
+    auto backend = std::make_unique<ByteLevelBpeBackend>(model_bytes, model_path_);
+    const std::string eos = choose_eos_token(backend->bpe(), model_path_);
+    eos_id_ = *backend->bpe().token_id(eos);
+    ContentHash hash;
+    hash.update(model_bytes);
+    hash.update("\neos_token=" + eos);
+    fingerprint_ = hash.hex();
+    backend_ = std::move(backend);
+  } else {
+    auto backend = std::make_unique<SentencePieceBackend>(model_bytes, model_path_);
+    eos_id_ = backend->eos_id();
+    fingerprint_ = content_hash_hex(model_bytes);
+    backend_ = std::move(backend);
+  }
+  vocab_size_ = backend_->vocab_size();
   RETORT_INPUT_CHECK(eos_id_ >= 0 && eos_id_ < vocab_size_,
                      "tokenizer '{}' has no end-of-document (</s>) piece, which retort uses to separate documents: "
                      "use a tokenizer trained by retort",
                      model_path_.string());
-  fingerprint_ = content_hash_hex(model_bytes);
 }
 
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
@@ -170,42 +292,68 @@ Tokenizer Tokenizer::load(const fs::path& model_path) {
 
 Tokenizer open_tokenizer_file(const fs::path& path) {
   RETORT_INPUT_CHECK(fs::is_regular_file(path),
-                     "the tokenizer file '{}' does not exist: give the path of a "
-                     "SentencePiece .model file",
+                     "the tokenizer file '{}' does not exist: give the path of a SentencePiece .model file or a "
+                     "Hugging Face tokenizer.json",
                      path.string());
   const std::string type = path.extension().string();
-  RETORT_INPUT_CHECK(type == ".model",
-                     "the tokenizer file '{}' is of a type retort cannot read yet ('{}'): give a SentencePiece .model "
-                     "file (Hugging Face tokenizer.json files are not supported yet)",
+  RETORT_INPUT_CHECK(type == ".model" || type == ".json",
+                     "the tokenizer file '{}' is of a type retort cannot read ('{}'): give a SentencePiece .model "
+                     "file or a Hugging Face tokenizer.json",
                      path.string(), type);
   return Tokenizer::load(path);
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
-  std::vector<int> ids;
-  const auto status = processor_->Encode(text, &ids);
-  RETORT_CHECK(status.ok(), "tokenizer '{}' failed to encode {} bytes of text: {}", model_path_.string(), text.size(),
-               status.ToString());
-  return std::vector<int32_t>(ids.begin(), ids.end());
+std::string tokenizer_copy_name(const fs::path& path) {
+  return path.extension() == ".json" ? "tokenizer.json" : "tokenizer.model";
 }
 
-std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+fs::path copy_tokenizer_file(const fs::path& path, const fs::path& folder) {
+  const fs::path copy = folder / tokenizer_copy_name(path);
+  fs::create_directories(folder);
+  write_file_atomic(copy, read_file(path));
+  if (path.extension() == ".json") {
+    const fs::path config = path.parent_path() / kTokenizerConfigName;
+    if (fs::is_regular_file(config)) {
+      const fs::path target = folder / kTokenizerConfigName;
+      if (!fs::exists(target) || !fs::equivalent(config, target)) {
+        write_file_atomic(target, read_file(config));
+      }
+    } else {
+      fs::remove(folder / kTokenizerConfigName);
+    }
+  }
+  return copy;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  std::vector<int32_t> ids;
+  backend_->encode(text, add_special_tokens, ids, nullptr);
+  return ids;
+}
+
+TokenizedText Tokenizer::encode_with_offsets(std::string_view text, bool add_special_tokens) const {
+  TokenizedText out;
+  backend_->encode(text, add_special_tokens, out.ids, &out.offsets);
+  return out;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   for (size_t i = 0; i < ids.size(); ++i) {
     RETORT_INPUT_CHECK(ids[i] >= 0 && ids[i] < vocab_size_,
                        "cannot decode token id {} at position {}: tokenizer '{}' has ids 0..{}", ids[i], i,
                        model_path_.string(), vocab_size_ - 1);
   }
-  std::string text;
-  const auto status = processor_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
-  RETORT_CHECK(status.ok(), "tokenizer '{}' failed to decode {} ids: {}", model_path_.string(), ids.size(),
-               status.ToString());
-  return text;
+  return backend_->decode(ids, skip_special_tokens);
 }
 
 std::string Tokenizer::piece(int32_t id) const {
   RETORT_INPUT_CHECK(id >= 0 && id < vocab_size_, "token id {} is outside tokenizer '{}' (ids 0..{})", id,
                      model_path_.string(), vocab_size_ - 1);
-  return processor_->IdToPiece(id);
+  return backend_->piece(id);
+}
+
+const char* Tokenizer::kind() const {
+  return backend_->kind();
 }
 
 }  // namespace retort::data

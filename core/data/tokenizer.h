@@ -1,5 +1,7 @@
 #pragma once
-// The framework's tokenizer: a SentencePiece BPE model that retort trains itself from a corpus.
+// The framework's tokenizer: a SentencePiece BPE model that retort trains itself from a corpus, or a Hugging Face
+// tokenizer.json (byte-level BPE: GPT-2, Llama-3, Qwen2/Qwen3; see byte_level_bpe.h) made elsewhere. Both kinds
+// sit behind the same class, so data shards, generate, eval and the run's tokenizer copy take either.
 //
 // Choices made for training (all recorded in the model file):
 //  - identity normalization, no extra-whitespace removal, no dummy prefix: decode(encode(text)) == text
@@ -17,11 +19,17 @@
 #include <string_view>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
+#include "core/data/char_offsets.h"
 
 namespace retort::data {
+
+class TokenizerBackend;
+
+// Ids with each id's [begin, end) in code points of the text.
+struct TokenizedText {
+  std::vector<int32_t> ids;
+  std::vector<CharOffsets> offsets;
+};
 
 struct TokenizerTrainOptions {
   // Exact size of the trained vocabulary; a corpus too small to support it is an InputError that says the
@@ -42,36 +50,59 @@ class Tokenizer {
   // The documents of the text files (see read_documents in corpus.h).
   static Tokenizer train_on_files(const std::vector<std::filesystem::path>& files,
                                   const TokenizerTrainOptions& options);
+  // A SentencePiece .model, or a tokenizer.json (by its ".json" extension, or a file starting with '{'). The
+  // end-of-document id of a tokenizer.json is its eos token: the "eos_token" of a tokenizer_config.json in the same
+  // folder when there is one, else the first of <|endoftext|>, <|end_of_text|>, </s> it has; none is an InputError.
   static Tokenizer load(const std::filesystem::path& model_path);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
-  std::vector<int32_t> encode(std::string_view text) const;
-  // Ids outside [0, vocab_size) are an InputError naming the id.
-  std::string decode(std::span<const int32_t> ids) const;
-  // The piece text of one id (byte pieces read "<0x0A>"), for logs and debugging.
+  // The text's ids, without any special token a tokenizer.json's post-processor would add (with
+  // add_special_tokens, a tokenizer.json's template adds them, e.g. Llama-3's <|begin_of_text|>; a SentencePiece
+  // model adds none).
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = false) const;
+  // The ids with their character (code point) offsets in the text, as Hugging Face tokenizers report them for a
+  // tokenizer.json (SentencePiece: its own surface spans).
+  TokenizedText encode_with_offsets(std::string_view text, bool add_special_tokens = false) const;
+  // Ids outside [0, vocab_size) are an InputError naming the id. Special tokens of a tokenizer.json decode to their
+  // text unless skip_special_tokens (SentencePiece's control pieces, </s>, always decode to nothing).
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
+  // The piece text of one id (byte pieces read "<0x0A>"; tokenizer.json tokens as the file writes them, "Ġthe"),
+  // for logs and debugging.
   std::string piece(int32_t id) const;
+  // "sentencepiece" or "tokenizer.json".
+  const char* kind() const;
 
   int64_t vocab_size() const { return vocab_size_; }
   int32_t eos_id() const { return eos_id_; }
-  // A stable hash of the model file's bytes (16 hex digits); caches made with this tokenizer record it.
+  // A stable hash of the model file's bytes (16 hex digits; for a tokenizer.json, with its eos token); caches made
+  // with this tokenizer record it.
   const std::string& fingerprint() const { return fingerprint_; }
   const std::filesystem::path& model_path() const { return model_path_; }
 
  private:
   Tokenizer(std::string model_bytes, std::filesystem::path model_path);
 
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  std::unique_ptr<TokenizerBackend> backend_;
   std::filesystem::path model_path_;
   std::string fingerprint_;
   int64_t vocab_size_ = 0;
   int32_t eos_id_ = -1;
 };
 
-// A tokenizer file made elsewhere (data.tokenizer), opened by its type: a SentencePiece model (".model"). Any
-// other type is an InputError naming the types retort reads; Hugging Face's tokenizer.json slots in here.
+// A tokenizer file made elsewhere (data.tokenizer), opened by its type: a SentencePiece model (".model") or a Hugging
+// Face tokenizer.json (".json"). Any other type is an InputError naming the types retort reads.
 Tokenizer open_tokenizer_file(const std::filesystem::path& path);
+
+// The name a copy of the tokenizer file takes in a folder (a data folder, a run): tokenizer.json for a
+// tokenizer.json, else tokenizer.model.
+std::string tokenizer_copy_name(const std::filesystem::path& path);
+
+// Copies the tokenizer file into `folder` under tokenizer_copy_name, with, for a tokenizer.json, the
+// tokenizer_config.json beside it (which names its eos token; a stale one in `folder` is removed when the source has
+// none), so the copy loads as the same tokenizer. Atomic writes; returns the copy's path.
+std::filesystem::path copy_tokenizer_file(const std::filesystem::path& path, const std::filesystem::path& folder);
 
 }  // namespace retort::data

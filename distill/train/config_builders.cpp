@@ -27,8 +27,9 @@ ConfigSchema training_schema(const std::string& default_run_dir) {
             "or above every id of data.shards")
       .range(256, 1 << 20);
   s.add_string("data.tokenizer", "",
-               "a tokenizer file used as it is instead of training one: a SentencePiece .model (its vocabulary "
-               "must have data.vocab_size ids); empty: train a BPE tokenizer on data.corpus");
+               "a tokenizer file used as it is instead of training one: a SentencePiece .model or a Hugging Face "
+               "tokenizer.json (byte-level BPE; its vocabulary, added tokens included, must have data.vocab_size "
+               "ids); empty: train a BPE tokenizer on data.corpus");
   s.add_string("data.shards", "",
                "pre-tokenized training shards in llm.c's .bin format, used as they are (a file or a glob, e.g. "
                "'fineweb10B/*_train_*.bin'); set, they replace data.corpus (leave it at its default or '') and "

@@ -19,8 +19,9 @@ RunStart run_start_from_flags(bool resume, bool overwrite) {
 }
 
 const std::vector<std::string>& training_run_outputs() {
-  static const std::vector<std::string> names{"config.yaml",     "metrics.jsonl",      "metrics.csv", "objective.json",
-                                              "tokenizer.model", "run_tokenizer.json", "checkpoints"};
+  static const std::vector<std::string> names{"config.yaml",           "metrics.jsonl",      "metrics.csv",
+                                              "objective.json",        "tokenizer.model",    "tokenizer.json",
+                                              "tokenizer_config.json", "run_tokenizer.json", "checkpoints"};
   return names;
 }
 

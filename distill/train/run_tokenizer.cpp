@@ -24,17 +24,16 @@ void keep_run_tokenizer(const fs::path& run_dir, const data::PreparedDataset& da
     }
   }
   fs::create_directories(run_dir);
-  const fs::path copy = run_dir / kRunTokenizerFile;
   json record{
       {"tokenizer_fingerprint", dataset.tokenizer_fingerprint},
       {"vocab_size", dataset.vocab_size},
       {"source", dataset.tokenizer_path.empty() ? std::string() : fs::absolute(dataset.tokenizer_path).string()}};
+  // A copy of the other kind left by an earlier run in this folder would only mislead.
+  for (const char* name : kRunTokenizerFiles) fs::remove(run_dir / name);
   if (dataset.tokenizer_path.empty()) {
     record["file"] = nullptr;
-    fs::remove(copy);
   } else {
-    write_file_atomic(copy, read_file(dataset.tokenizer_path));
-    record["file"] = kRunTokenizerFile;
+    record["file"] = data::copy_tokenizer_file(dataset.tokenizer_path, run_dir).filename().string();
   }
   write_text_atomic(run_dir / kRunTokenizerRecord, record.dump(2));
 }

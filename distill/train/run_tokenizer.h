@@ -1,5 +1,6 @@
 #pragma once
-// A run keeps the tokenizer it was trained with: RUN/tokenizer.model, a copy of its data's tokenizer, and
+// A run keeps the tokenizer it was trained with: RUN/tokenizer.model or RUN/tokenizer.json (with the
+// tokenizer_config.json beside it, when its source has one), a copy of its data's tokenizer, and
 // RUN/run_tokenizer.json, which records the copy's fingerprint and the vocabulary size. eval, generate and
 // distillation read the run's copy, so a data folder rebuilt or deleted later cannot change what a run's ids mean.
 // Runs made before this record existed have neither file and fall back to their data folder's tokenizer.
@@ -12,7 +13,8 @@
 
 namespace retort::distill {
 
-inline constexpr const char* kRunTokenizerFile = "tokenizer.model";
+// The names the run's copy may take (data::copy_tokenizer_file).
+inline constexpr const char* kRunTokenizerFiles[] = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json"};
 inline constexpr const char* kRunTokenizerRecord = "run_tokenizer.json";
 
 struct RunTokenizerRecord {

@@ -85,7 +85,7 @@ data::Tokenizer load_run_tokenizer(const TrainedModel& model) {
     RETORT_INPUT_CHECK(kept->file.has_value(),
                        "the run '{}' was trained on pre-tokenized shards (data.shards) without a tokenizer, so its "
                        "token ids cannot be turned into text or read from text: train it with data.tokenizer set to "
-                       "the SentencePiece .model that made the shards",
+                       "the tokenizer (.model or tokenizer.json) that made the shards",
                        model.run_dir.string());
     RETORT_INPUT_CHECK(fs::exists(*kept->file),
                        "the tokenizer of the run '{}' is missing: {} does not exist (it was copied there when the run "

@@ -35,10 +35,10 @@ TrainedModel load_trained_model(const std::filesystem::path& run_dir, Device dev
                                 std::shared_ptr<Communicator> tp_group = nullptr,
                                 std::optional<int64_t> step = std::nullopt);
 
-// The tokenizer the model was trained with: the run's own copy (RUN/tokenizer.model, checked against the fingerprint
-// the run recorded); for a run made before runs kept a copy, tokenizer.model of its data folder, which must still
-// be the one the run's data was made with. Either way a mismatch is an InputError naming the file, and so is a run
-// trained on pre-tokenized shards without a tokenizer.
+// The tokenizer the model was trained with: the run's own copy (RUN/tokenizer.model or RUN/tokenizer.json, checked
+// against the fingerprint the run recorded); for a run made before runs kept a copy, tokenizer.model of its data
+// folder, which must still be the one the run's data was made with. Either way a mismatch is an InputError naming
+// the file, and so is a run trained on pre-tokenized shards without a tokenizer.
 data::Tokenizer load_run_tokenizer(const TrainedModel& model);
 // The same for a run folder whose model is not loaded (e.g. to tokenize text for it).
 data::Tokenizer load_run_tokenizer(const std::filesystem::path& run_dir);

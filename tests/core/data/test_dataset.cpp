@@ -293,14 +293,44 @@ TEST_F(DataDataset, AGivenTokenizerIsUsedAsItIs) {
   message = message_of([&] { prepare_token_dataset(mismatch); });
   EXPECT_NE(message.find("has 300 ids but data.vocab_size is 8192: set data.vocab_size=300"), std::string::npos)
       << message;
-  // Only SentencePiece .model files are read so far.
-  write_bytes(folder_.path() / "tokenizer.json", "{}");
-  mismatch.tokenizer = folder_.path() / "tokenizer.json";
+  // SentencePiece .model and tokenizer.json files are read; other types are refused, naming both.
+  write_bytes(folder_.path() / "vocab.txt", "{}");
+  mismatch.tokenizer = folder_.path() / "vocab.txt";
   message = message_of([&] { prepare_token_dataset(mismatch); });
-  EXPECT_NE(message.find("give a SentencePiece .model file"), std::string::npos) << message;
+  EXPECT_NE(message.find("give a SentencePiece .model file or a Hugging Face tokenizer.json"), std::string::npos)
+      << message;
   mismatch.tokenizer = folder_.path() / "missing.model";
   message = message_of([&] { prepare_token_dataset(mismatch); });
   EXPECT_NE(message.find("'" + mismatch.tokenizer.string() + "' does not exist"), std::string::npos) << message;
+}
+
+TEST_F(DataDataset, AGivenTokenizerJsonIsKeptAsTokenizerJsonAndEndsDocumentsWithItsEos) {
+  // A GPT-2 style byte-level BPE made by Hugging Face tokenizers (384 ids, <|endoftext|> = 0).
+  const fs::path given = fs::path(RETORT_SOURCE_DIR) / "tests/data/hf/tokenizers/tiny_gpt2_style/tokenizer.json";
+  const Tokenizer reference = Tokenizer::load(given);
+  ASSERT_EQ(reference.eos_id(), 0);
+  options_.tokenizer = given;
+  options_.vocab_size = 384;
+  const PreparedDataset data = prepare_token_dataset(options_);
+  EXPECT_EQ(data.tokenizer_path.filename(), "tokenizer.json");
+  EXPECT_EQ(read_bytes(data.tokenizer_path), read_bytes(given));
+  EXPECT_EQ(data.tokenizer_fingerprint, reference.fingerprint());
+  EXPECT_EQ(nlohmann::json::parse(read_bytes(options_.data_dir / "manifest.json")).at("tokenizer"), "tokenizer.json");
+  int64_t train_tokens = 0, val_tokens = 0;
+  std::vector<std::string> all = documents_in(data.train_shards, reference, &train_tokens);
+  const std::vector<std::string> val = documents_in(data.val_shards, reference, &val_tokens);
+  all.insert(all.end(), val.begin(), val.end());
+  std::sort(all.begin(), all.end());
+  std::vector<std::string> expected = documents_;
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(all, expected);
+  int64_t expected_tokens = 0;
+  for (const std::string& document : documents_) expected_tokens += reference.encode(document).size() + 1;
+  EXPECT_EQ(train_tokens + val_tokens, expected_tokens);
+  // The folder's copy is found again under its recorded name.
+  const PreparedDataset again = prepare_token_dataset(options_);
+  EXPECT_TRUE(again.reused_shards);
+  EXPECT_EQ(again.tokenizer_path, data.tokenizer_path);
 }
 
 TEST_F(DataDataset, ZeroValFractionMeansNoValidationSplit) {

@@ -93,6 +93,24 @@ TEST_F(DataTokenizerTrained, VocabularyAndSpecialIds) {
   EXPECT_EQ(tok.piece(2 + 0x41), "<0x41>");  // byte pieces follow the two specials
 }
 
+TEST_F(DataTokenizerTrained, OffsetsOfASentencePieceModelCoverTheTextInOrder) {
+  const Tokenizer& tok = *tokenizer_;
+  EXPECT_STREQ(tok.kind(), "sentencepiece");
+  const std::string text = "the quick brown fox\njumps over 2024 dogs";
+  const TokenizedText encoded = tok.encode_with_offsets(text);
+  EXPECT_EQ(encoded.ids, tok.encode(text));
+  ASSERT_EQ(encoded.offsets.size(), encoded.ids.size());
+  // ASCII text: code points are bytes, and the pieces' spans, in order, spell the text.
+  std::string spelled;
+  int64_t at = 0;
+  for (const CharOffsets& o : encoded.offsets) {
+    EXPECT_EQ(o.begin, at);
+    spelled += text.substr(o.begin, o.end - o.begin);
+    at = o.end;
+  }
+  EXPECT_EQ(spelled, text);
+}
+
 TEST_F(DataTokenizerTrained, RoundTripsTextNeverSeenInTraining) {
   const Tokenizer& tok = *tokenizer_;
   const std::vector<std::string> texts = {

@@ -65,6 +65,32 @@ double validation_loss(const fs::path& run_dir, const std::string& text = "") {
   return evaluate_run(request).report.loss;
 }
 
+TEST(RunTokenizer, ARunOnATokenizerJsonKeepsItWithItsConfig) {
+  if (!fs::exists(kCorpusA) || !fs::exists(kCorpusB)) GTEST_SKIP() << "Debian's fortunes package is not installed";
+  TempFolder folder;
+  // A Hugging Face tokenizer.json (GPT-2 style, 384 ids) with the tokenizer_config.json that names its eos token.
+  const fs::path model = folder.path() / "hf";
+  write_bytes(model / "tokenizer.json",
+              read_bytes(fs::path(RETORT_SOURCE_DIR) / "tests/data/hf/tokenizers/tiny_gpt2_style/tokenizer.json"));
+  write_bytes(model / "tokenizer_config.json", R"({"eos_token": "<|endoftext|>"})");
+  const fs::path data = folder.path() / "data", run = folder.path() / "run";
+  std::vector<std::string> overrides = run_overrides(run, data, kCorpusA);
+  overrides.push_back("data.tokenizer=" + (model / "tokenizer.json").string());
+  run_label_training(resolve(overrides), Device::cpu(), false);
+  ASSERT_TRUE(fs::exists(run / "tokenizer.json"));
+  EXPECT_FALSE(fs::exists(run / "tokenizer.model"));
+  EXPECT_EQ(read_bytes(run / "tokenizer.json"), read_bytes(model / "tokenizer.json"));
+  EXPECT_EQ(read_bytes(run / "tokenizer_config.json"), read_bytes(model / "tokenizer_config.json"));
+  const auto record = nlohmann::json::parse(read_bytes(run / "run_tokenizer.json"));
+  EXPECT_EQ(record.at("file"), "tokenizer.json");
+  EXPECT_EQ(record.at("tokenizer_fingerprint"), data::Tokenizer::load(model / "tokenizer.json").fingerprint());
+  // The run's copy alone serves generate and eval once the data folder and the source are gone.
+  fs::remove_all(data);
+  fs::remove_all(model);
+  EXPECT_NO_THROW(generated_text(run));
+  EXPECT_TRUE(std::isfinite(validation_loss(run, kCorpusB)));
+}
+
 TEST(RunTokenizer, AnEarlierRunKeepsItsTokenizerWhenTheCorpusChanges) {
   if (!fs::exists(kCorpusA) || !fs::exists(kCorpusB)) GTEST_SKIP() << "Debian's fortunes package is not installed";
   TempFolder folder;

@@ -2,6 +2,7 @@
 
 #include "core/config/config_binding.h"
 #include "core/data/corpus.h"
+#include "core/util/error.h"
 #include "optim/optimizer_factory.h"
 #include "optim/rekls/rekls_routing.h"
 #include "parallel/models/hf_config.h"

@@ -52,6 +52,23 @@ void row_stats(const Tensor& stat, const Tensor& x, const char* op) {
                "{}: per-row statistics {} do not fit input {}", op, stat.describe(), x.describe());
 }
 
+// q [B, T, n_head * D], k and v [B, T, n_kv_head * D] in one dtype; returns D.
+int64_t check_heads(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head, const char* op) {
+  RETORT_CHECK(q.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3, "{}: q {}, k {}, v {} must be [B, T, width]", op,
+               q.describe(), k.describe(), v.describe());
+  RETORT_CHECK(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0,
+               "{}: {} query heads do not divide into {} key/value heads", op, n_head, n_kv_head);
+  RETORT_CHECK(q.size(2) % n_head == 0, "{}: width {} does not divide into {} heads", op, q.size(2), n_head);
+  const int64_t D = q.size(2) / n_head;
+  const Shape kv_shape{q.size(0), q.size(1), n_kv_head * D};
+  RETORT_CHECK(k.shape() == kv_shape && v.shape() == kv_shape, "{}: k {} and v {} should be [{}, {}, {}]", op,
+               k.describe(), v.describe(), q.size(0), q.size(1), n_kv_head * D);
+  RETORT_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), "{}: dtypes differ (q {}, k {}, v {})", op,
+               q.describe(), k.describe(), v.describe());
+  floating(q, op);
+  return D;
+}
+
 }  // namespace
 
 void fill(Tensor& x, double value) {
@@ -112,6 +129,42 @@ void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   same_shape(x, dy, "gelu_backward");
   same_shape(x, dx, "gelu_backward");
   RETORT_DISPATCH(x.device(), gelu_backward, x, dy, dx);
+}
+
+void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) {
+  same_device({&gate, &up, &out}, "swiglu");
+  same_shape(gate, up, "swiglu");
+  same_shape(gate, out, "swiglu");
+  RETORT_CHECK(up.dtype() == gate.dtype() && out.dtype() == gate.dtype(), "swiglu: dtypes differ ({}, {}, {})",
+               gate.describe(), up.describe(), out.describe());
+  floating(gate, "swiglu");
+  RETORT_DISPATCH(gate.device(), swiglu_forward, gate, up, out);
+}
+
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
+  same_device({&gate, &up, &dout, &dgate, &dup}, "swiglu_backward");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&up, &dout, &dgate, &dup}) {
+    same_shape(gate, *t, "swiglu_backward");
+    RETORT_CHECK(t->dtype() == gate.dtype(), "swiglu_backward: dtypes differ ({}, {})", gate.describe(), t->describe());
+  }
+  floating(gate, "swiglu_backward");
+  RETORT_DISPATCH(gate.device(), swiglu_backward, gate, up, dout, dgate, dup);
+}
+
+void rotary_embedding(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int64_t head_dim, bool inverse,
+                      Tensor& out) {
+  same_device({&x, &positions, &inv_freq, &out}, "rotary_embedding");
+  RETORT_CHECK(x.ndim() == 3, "rotary_embedding: x {} must be [B, T, heads * head_dim]", x.describe());
+  RETORT_CHECK(head_dim > 0 && head_dim % 2 == 0 && x.size(2) % head_dim == 0,
+               "rotary_embedding: head_dim {} must be even and divide the width of {}", head_dim, x.describe());
+  RETORT_CHECK(positions.dtype() == DType::I32 && positions.shape() == Shape({x.size(0), x.size(1)}),
+               "rotary_embedding: positions {} must be i32 [{}, {}]", positions.describe(), x.size(0), x.size(1));
+  RETORT_CHECK(inv_freq.dtype() == DType::F32 && inv_freq.ndim() == 1 && inv_freq.size(0) == head_dim / 2,
+               "rotary_embedding: inv_freq {} must be f32 [{}]", inv_freq.describe(), head_dim / 2);
+  same_shape(x, out, "rotary_embedding");
+  RETORT_CHECK(out.dtype() == x.dtype(), "rotary_embedding: out {} does not match x {}", out.describe(), x.describe());
+  floating(x, "rotary_embedding");
+  RETORT_DISPATCH(x.device(), rotary_embedding, x, positions, inv_freq, head_dim, inverse, out);
 }
 
 void sum(const Tensor& x, Tensor& out) {
@@ -237,6 +290,52 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& pro
   RETORT_CHECK(dout.numel() * 3 == qkv.numel(), "attention_backward: dout {} does not match qkv {}", dout.describe(),
                qkv.describe());
   RETORT_DISPATCH(qkv.device(), attention_backward, dout, qkv, probs, n_head, dqkv);
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head, Tensor& out,
+                       Tensor& probs) {
+  same_device({&q, &k, &v, &out, &probs}, "attention");
+  check_heads(q, k, v, n_head, n_kv_head, "attention");
+  const int64_t B = q.size(0), T = q.size(1);
+  RETORT_CHECK(out.shape() == q.shape() && out.dtype() == q.dtype(), "attention: out {} should match q {}",
+               out.describe(), q.describe());
+  RETORT_CHECK(probs.shape() == Shape({B, n_head, T, T}) && probs.dtype() == q.dtype(),
+               "attention: probs {} should be [{}, {}, {}, {}] in q's dtype", probs.describe(), B, n_head, T, T);
+  RETORT_DISPATCH(q.device(), attention_forward, q, k, v, n_head, n_kv_head, out, probs);
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                        int n_head, int n_kv_head, Tensor& dq, Tensor& dk, Tensor& dv) {
+  same_device({&dout, &q, &k, &v, &probs, &dq, &dk, &dv}, "attention_backward");
+  check_heads(q, k, v, n_head, n_kv_head, "attention_backward");
+  same_shape(dout, q, "attention_backward");
+  same_shape(dq, q, "attention_backward");
+  same_shape(dk, k, "attention_backward");
+  same_shape(dv, v, "attention_backward");
+  RETORT_CHECK(probs.shape() == Shape({q.size(0), n_head, q.size(1), q.size(1)}),
+               "attention_backward: probs {} do not match q {}", probs.describe(), q.describe());
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &probs, &dq, &dk, &dv})
+    RETORT_CHECK(t->dtype() == q.dtype(), "attention_backward: {} is not in q's dtype ({})", t->describe(),
+                 dtype_name(q.dtype()));
+  RETORT_DISPATCH(q.device(), attention_backward, dout, q, k, v, probs, n_head, n_kv_head, dq, dk, dv);
+}
+
+void attention_with_cache(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& starts, int n_head,
+                          int n_kv_head, Tensor& k_cache, Tensor& v_cache, Tensor& out) {
+  same_device({&q, &k, &v, &starts, &k_cache, &v_cache, &out}, "attention_with_cache");
+  const int64_t D = check_heads(q, k, v, n_head, n_kv_head, "attention_with_cache");
+  const int64_t B = q.size(0);
+  RETORT_CHECK(k_cache.ndim() == 4 && k_cache.size(0) == B && k_cache.size(1) == n_kv_head && k_cache.size(3) == D &&
+                   k_cache.dtype() == q.dtype(),
+               "attention_with_cache: key cache {} should be [{}, {}, capacity, {}] in {}", k_cache.describe(), B,
+               n_kv_head, D, dtype_name(q.dtype()));
+  same_shape(k_cache, v_cache, "attention_with_cache");
+  RETORT_CHECK(v_cache.dtype() == q.dtype() && out.dtype() == q.dtype() && out.shape() == q.shape(),
+               "attention_with_cache: value cache {} / out {} do not match q {}", v_cache.describe(), out.describe(),
+               q.describe());
+  RETORT_CHECK(starts.dtype() == DType::I32 && starts.numel() == B,
+               "attention_with_cache: starts must be i32 [{}], got {}", B, starts.describe());
+  RETORT_DISPATCH(q.device(), attention_with_cache, q, k, v, starts, n_head, n_kv_head, k_cache, v_cache, out);
 }
 
 void embedding_forward(const Tensor& table, const Tensor& ids, Tensor& out) {

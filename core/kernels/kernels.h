@@ -23,6 +23,16 @@ void scale(const Tensor& x, float s, Tensor& out);        // out = s * x (out ma
 // GELU with the tanh approximation (GPT-2's).
 void gelu_forward(const Tensor& x, Tensor& y);
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+// SwiGLU: out = silu(gate) * up (silu(g) = g sigmoid(g)), same shapes and dtype; the backward writes both
+// gradients in one pass.
+void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out);
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup);
+// Rotary position embedding, Hugging Face's rotate-half layout: x and out [B, T, H * head_dim] (out may alias x),
+// positions i32 [B, T], inv_freq f32 [head_dim / 2]. Per head, element j < head_dim / 2 pairs with j + head_dim / 2
+// at angle float32(positions[b, t]) * inv_freq[j] (a float32 product): out_j = x_j cos - x_{j+h} sin,
+// out_{j+h} = x_{j+h} cos + x_j sin. `inverse` rotates by minus the angle (the gradient).
+void rotary_embedding(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int64_t head_dim, bool inverse,
+                      Tensor& out);
 
 // ---- reductions (results are f32 one-element tensors on the same device, f64 for f64 input) -----------
 void sum(const Tensor& x, Tensor& out);
@@ -55,6 +65,14 @@ void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs);
 // dqkv: [B, T, 3C], written.
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head, Tensor& dqkv);
+// The same with separate projections and grouped-query heads: q [B, T, n_head * D], k and v [B, T, n_kv_head * D]
+// (n_head a multiple of n_kv_head; query head h reads key/value head h / (n_head / n_kv_head)), out [B, T, n_head *
+// D], probs [B, n_head, T, T]. The packed overloads above are this with n_kv_head = n_head.
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head, Tensor& out,
+                       Tensor& probs);
+// dq, dk, dv written (dk and dv summed over the query heads of each group).
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                        int n_head, int n_kv_head, Tensor& dq, Tensor& dk, Tensor& dv);
 // Inference with a key/value cache. qkv [B, Tn, 3C] holds the projections of Tn NEW positions of each row, which
 // start at starts[b] (i32 [B] on qkv's device). Their keys and values are written into k_cache and v_cache
 // [B, n_head, capacity, C / n_head] at positions starts[b] + t (positions at or past the capacity are dropped: a
@@ -62,6 +80,10 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& pro
 // out: [B, Tn, C]. Caches and out share qkv's dtype; scores and sums in f32 (f64 for f64 on the CPU).
 void attention_with_cache(const Tensor& qkv, const Tensor& starts, int n_head, Tensor& k_cache, Tensor& v_cache,
                           Tensor& out);
+// The same with separate q [B, Tn, n_head * D], k and v [B, Tn, n_kv_head * D] and caches [B, n_kv_head, capacity,
+// D] (grouped-query heads as in attention_forward).
+void attention_with_cache(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& starts, int n_head,
+                          int n_kv_head, Tensor& k_cache, Tensor& v_cache, Tensor& out);
 
 // ---- embedding -----------------------------------------------------------------------------------------
 // out[n, :] = table[ids[n], :]; ids i32 [N] (any shape, flattened); out [N, C]. Ids out of range throw (CPU)

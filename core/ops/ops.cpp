@@ -29,6 +29,24 @@ Tensor scalar_result(const Tensor& x) {
   return Tensor::empty({}, stat_dtype(x), x.device());
 }
 
+// The user-facing checks of the attention ops (head counts come from a model's configuration).
+void check_attention_heads(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head,
+                           const char* op) {
+  RETORT_INPUT_CHECK(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0,
+                     "{}: {} query heads cannot share {} key/value heads: n_head must be a positive multiple of "
+                     "n_kv_head",
+                     op, n_head, n_kv_head);
+  RETORT_INPUT_CHECK(q.ndim() == 3 && q.size(2) % n_head == 0,
+                     "{}: q {} must be [B, T, n_head * head_dim] with n_head = {}: check the model's widths", op,
+                     q.describe(), n_head);
+  const int64_t D = q.size(2) / n_head;
+  RETORT_INPUT_CHECK(k.ndim() == 3 && v.ndim() == 3 && k.shape() == v.shape() && k.size(0) == q.size(0) &&
+                         k.size(1) == q.size(1) && k.size(2) == n_kv_head * D,
+                     "{}: k {} and v {} must be [{}, {}, {}] (n_kv_head {} x head_dim {}): check the key/value "
+                     "projections' widths",
+                     op, k.describe(), v.describe(), q.size(0), q.size(1), n_kv_head * D, n_kv_head, D);
+}
+
 }  // namespace
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
@@ -110,6 +128,30 @@ Tensor gelu(const Tensor& x) {
   return autograd::record(out, "gelu", {x}, [x](const Tensor& g) {
     Tensor gx = empty_like(x);
     kernels::gelu_backward(x, g, gx);
+    return std::vector<Tensor>{gx};
+  });
+}
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  RETORT_CHECK(gate.shape() == up.shape(), "swiglu: shapes differ ({} vs {})", gate.describe(), up.describe());
+  Tensor out = empty_like(gate);
+  kernels::swiglu_forward(gate, up, out);
+  return autograd::record(out, "swiglu", {gate, up}, [gate, up](const Tensor& g) {
+    Tensor dgate = empty_like(gate), dup = empty_like(up);
+    kernels::swiglu_backward(gate, up, g, dgate, dup);
+    return std::vector<Tensor>{dgate, dup};
+  });
+}
+
+Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int64_t head_dim) {
+  RETORT_INPUT_CHECK(head_dim > 0 && head_dim % 2 == 0 && x.ndim() == 3 && x.size(2) % head_dim == 0,
+                     "rotary_embedding: head_dim {} must be even and divide the width of x {} (heads * head_dim)",
+                     head_dim, x.describe());
+  Tensor out = empty_like(x);
+  kernels::rotary_embedding(x, positions, inv_freq, head_dim, false, out);
+  return autograd::record(out, "rotary_embedding", {x}, [positions, inv_freq, head_dim](const Tensor& g) {
+    Tensor gx = empty_like(g);
+    kernels::rotary_embedding(g, positions, inv_freq, head_dim, true, gx);
     return std::vector<Tensor>{gx};
   });
 }
@@ -274,6 +316,44 @@ Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cac
   std::vector<int32_t> positions(starts.begin(), starts.end());
   return attention_with_kv_cache(qkv, k_cache, v_cache, Tensor::from_ints(positions, {qkv.size(0)}, qkv.device()),
                                  n_head);
+}
+
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head) {
+  check_attention_heads(q, k, v, n_head, n_kv_head, "causal_attention");
+  const int64_t B = q.size(0), T = q.size(1);
+  Tensor out = empty_like(q);
+  Tensor probs = Tensor::empty({B, n_head, T, T}, q.dtype(), q.device());
+  kernels::attention_forward(q, k, v, n_head, n_kv_head, out, probs);
+  return autograd::record(out, "causal_attention", {q, k, v}, [q, k, v, probs, n_head, n_kv_head](const Tensor& g) {
+    Tensor dq = empty_like(q), dk = empty_like(k), dv = empty_like(v);
+    kernels::attention_backward(g, q, k, v, probs, n_head, n_kv_head, dq, dk, dv);
+    return std::vector<Tensor>{dq, dk, dv};
+  });
+}
+
+Tensor attention_with_kv_cache(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
+                               const Tensor& starts, int n_head, int n_kv_head) {
+  RETORT_INPUT_CHECK(!(grad_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())),
+                     "attention_with_kv_cache is inference only: call it under NoGradGuard (it records no backward)");
+  check_attention_heads(q, k, v, n_head, n_kv_head, "attention_with_kv_cache");
+  Tensor out = empty_like(q);
+  kernels::attention_with_cache(q, k, v, starts, n_head, n_kv_head, k_cache, v_cache, out);
+  return out;
+}
+
+Tensor attention_with_kv_cache(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
+                               const std::vector<int64_t>& starts, int n_head, int n_kv_head) {
+  RETORT_INPUT_CHECK(q.ndim() == 3 && static_cast<int64_t>(starts.size()) == q.size(0),
+                     "attention_with_kv_cache: {} start positions for q {}: give one per row", starts.size(),
+                     q.describe());
+  const int64_t capacity = k_cache.ndim() == 4 ? k_cache.size(2) : 0;
+  for (size_t b = 0; b < starts.size(); ++b)
+    RETORT_INPUT_CHECK(starts[b] >= 0 && starts[b] <= capacity,
+                       "attention_with_kv_cache: row {} starts at {}, outside a cache of {} positions", b, starts[b],
+                       capacity);
+  std::vector<int32_t> positions(starts.begin(), starts.end());
+  return attention_with_kv_cache(q, k, v, k_cache, v_cache, Tensor::from_ints(positions, {q.size(0)}, q.device()),
+                                 n_head, n_kv_head);
 }
 
 Tensor embedding(const Tensor& table, const Tensor& ids) {

@@ -18,6 +18,8 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, double s);
 Tensor add_bias(const Tensor& x, const Tensor& bias);  // bias broadcast along the last dim
 Tensor gelu(const Tensor& x);                          // tanh approximation
+// silu(gate) * up, elementwise, same shapes; one fused kernel each way (the Llama/Qwen MLP).
+Tensor swiglu(const Tensor& gate, const Tensor& up);
 
 // Reductions to one element (f32, or f64 for f64 input).
 Tensor sum(const Tensor& x);
@@ -43,6 +45,28 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head);
 Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const Tensor& starts, int n_head);
 Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const std::vector<int64_t>& starts,
                                int n_head);
+
+// Rotary position embedding, Hugging Face "rotate half" layout, on x [B, T, H * head_dim] (H heads of head_dim,
+// head_dim even): for each head, element j < head_dim/2 pairs with j + head_dim/2; angle = float(positions[b, t]) *
+// inv_freq[j] computed in float32; out_j = x_j cos - x_{j+h} sin, out_{j+h} = x_{j+h} cos + x_j sin (h = head_dim/2).
+// positions: i32 [B, T] on x's device; inv_freq: f32 [head_dim / 2] on x's device (the model computes it, with any
+// frequency scaling). Result in x's dtype (math in float32). Gradient: the inverse rotation. No gradient to
+// positions or inv_freq.
+Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int64_t head_dim);
+
+// Causal scaled dot-product attention with grouped-query heads: q [B, T, n_head * D], k and v [B, T, n_kv_head * D]
+// (n_head % n_kv_head == 0; D = q.size(-1) / n_head, any D on the CPU, every D up to 256 on CUDA, 64 and 128
+// fast); query head h reads kv head h / (n_head / n_kv_head); scale 1/sqrt(D). -> [B, T, n_head * D].
+// causal_self_attention(qkv, n_head) is this op on packed projections with n_kv_head = n_head.
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head);
+
+// Inference over a key/value cache (no tape), as the fused-qkv overload above but with separate q, k, v as in
+// causal_attention: k_cache / v_cache [B, n_kv_head, capacity, D]; starts i32 [B] on q's device (or host
+// positions in the vector overload).
+Tensor attention_with_kv_cache(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
+                               const Tensor& starts, int n_head, int n_kv_head);
+Tensor attention_with_kv_cache(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
+                               const std::vector<int64_t>& starts, int n_head, int n_kv_head);
 
 // Rows of `table` [V, C] picked by i32 `ids` of any shape -> ids.shape + [C].
 Tensor embedding(const Tensor& table, const Tensor& ids);

@@ -2,6 +2,8 @@
 // Shared helpers of the CPU kernels. The kernels are templates over float and double; bf16 tensors are
 // widened to float32 copies first and the results rounded back, since the CPU path is the reference.
 #include <Eigen/Dense>
+#include <algorithm>
+#include <limits>
 #include <type_traits>
 
 #include "core/tensor/tensor.h"
@@ -81,6 +83,23 @@ inline void store_stat(const Tensor& stat, int64_t i, double value) {
 }
 inline double load_stat(const Tensor& stat, int64_t i) {
   return stat.dtype() == DType::F64 ? stat.data<double>()[i] : stat.data<float>()[i];
+}
+
+// Numerically stable softmax of one row; a row of all -inf gives zeros rather than NaN.
+template <typename T>
+void softmax_row(const T* x, T* y, int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  if (m == -std::numeric_limits<T>::infinity()) {
+    std::fill_n(y, n, T(0));
+    return;
+  }
+  Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> xr(x, n);
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> yr(y, n);
+  // Eigen's vectorised exp clamps its argument, so exp(-inf) would come out as a denormal instead of 0:
+  // masked entries are set to exactly 0 (denormals would also slow every later product down ~30x).
+  yr = (xr == -std::numeric_limits<T>::infinity()).select(T(0), (xr - m).exp());
+  yr *= T(1) / yr.sum();
 }
 
 }  // namespace retort::kernels::cpu

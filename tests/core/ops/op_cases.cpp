@@ -234,6 +234,18 @@ std::vector<OpCase> build_table() {
                   .gradcheck_at({{5, 9}})
                   .compare_at(kFlatSizes)
                   .time_at({{8192, 3072}}));
+  // silu(gate) * up; gates of scale 4 reach the sigmoid's flat ends.
+  t.push_back(
+      OpCase(
+          "swiglu",
+          [](const Dims& d) {
+            return std::vector<Input>{activation("gate", as_shape(d), normal(4.0)), activation("up", as_shape(d))};
+          },
+          [](const auto& in, const Dims&) { return ops::swiglu(in[0], in[1]); })
+          .gradcheck_at({{3, 5}})
+          .compare_at(kFlatSizes)
+          .time_at({{8192, 3072}})
+          .counting_flops([](const Dims& d) { return 4.0 * static_cast<double>(d[0] * d[1]); }));
   // The cast to bf16 rounds f32 values the same way on both backends; its gradient is cast back. No f64 path.
   t.push_back(OpCase("cast_to_bf16", one_operand(uniform(-300, 300)),
                      [](const auto& in, const Dims&) { return ops::cast(in[0], DType::BF16); })
@@ -352,6 +364,44 @@ std::vector<OpCase> build_table() {
           .compare_at({{2, 1, 2, 8}, {2, 65, 3, 16}, {1, 64, 2, 64}, {2, 33, 2, 7}, {1, 130, 4, 32}})
           .time_at({{8, 1024, 12, 64}})
           .counting_flops([](const Dims& d) { return 4.0 * static_cast<double>(d[0] * d[2] * d[1] * d[1] * d[3]); }));
+
+  // dims: B, T, query heads, key/value heads, head dim; q [B, T, H D], k and v [B, T, KV D].
+  t.push_back(
+      OpCase(
+          "causal_attention",
+          [](const Dims& d) {
+            return std::vector<Input>{activation("q", {d[0], d[1], d[2] * d[4]}),
+                                      activation("k", {d[0], d[1], d[3] * d[4]}),
+                                      activation("v", {d[0], d[1], d[3] * d[4]})};
+          },
+          [](const auto& in, const Dims& d) {
+            return ops::causal_attention(in[0], in[1], in[2], static_cast<int>(d[2]), static_cast<int>(d[3]));
+          })
+          .gradcheck_at({{2, 5, 4, 2, 3}, {2, 4, 4, 1, 2}, {1, 3, 2, 2, 2}})
+          .compare_at({{2, 1, 4, 2, 8},
+                       {2, 65, 4, 1, 16},
+                       {1, 64, 8, 2, 64},
+                       {2, 33, 4, 2, 7},
+                       {1, 130, 8, 2, 128},
+                       {1, 40, 4, 4, 256}})
+          .time_at({{8, 1024, 32, 8, 64}, {8, 1024, 16, 4, 128}})
+          .counting_flops([](const Dims& d) { return 4.0 * static_cast<double>(d[0] * d[2] * d[1] * d[1] * d[4]); }));
+  // dims: B, T, heads, head dim, positions drawn below this. inv_freq is an input without a gradient (the model
+  // computes it); the op takes it in f32.
+  t.push_back(OpCase(
+                  "rotary_embedding",
+                  [](const Dims& d) {
+                    return std::vector<Input>{activation("x", {d[0], d[1], d[2] * d[3]}),
+                                              id_input("positions", {d[0], d[1]}, ids(d[4])),
+                                              Input{"inv_freq", {d[3] / 2}, uniform(0, 1), false, true}};
+                  },
+                  [](const auto& in, const Dims& d) {
+                    const Tensor freq = in[2].dtype() == DType::F32 ? in[2] : in[2].to(DType::F32);
+                    return ops::rotary_embedding(in[0], in[1], freq, d[3]);
+                  })
+                  .gradcheck_at({{2, 3, 2, 4, 50}})
+                  .compare_at({{2, 7, 3, 8, 100}, {1, 33, 4, 64, 70000}, {2, 5, 2, 128, 131072}})
+                  .time_at({{8, 1024, 32, 128, 1024}}));
 
   // ---- embeddings ----
   // dims: vocabulary, columns, the ids' shape [n0, n1].

@@ -26,8 +26,7 @@ void run(const ExportArgs& args) {
 
 void add_export_command(CLI::App& app) {
   auto args = std::make_shared<ExportArgs>();
-  CLI::App* cmd =
-      app.add_subcommand("export", "write a llama / qwen2 / qwen3 run as a Hugging Face checkpoint folder");
+  CLI::App* cmd = app.add_subcommand("export", "write a llama / qwen2 / qwen3 run as a Hugging Face checkpoint folder");
   cmd->add_option("--checkpoint", args->run_dir, "the run directory (its latest checkpoint is exported)")->required();
   cmd->add_option("--out", args->out_dir, "the folder to write (config.json, model.safetensors, the tokenizer)")
       ->required();

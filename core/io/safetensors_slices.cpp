@@ -1,11 +1,10 @@
 #include "core/io/safetensors_slices.h"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <fmt/ranges.h>
 
 #include <cstring>
 
@@ -99,8 +98,8 @@ Tensor SafetensorsSliceReader::read_f32(const std::string& name, int dim, int64_
   const SafetensorsTensorInfo* info = find(name);
   RETORT_INPUT_CHECK(info != nullptr, "safetensors file '{}' has no tensor '{}'", path_.string(), name);
   RETORT_INPUT_CHECK(info->stored_f16 || info->dtype == DType::F32 || info->dtype == DType::BF16,
-                     "tensor '{}' of safetensors file '{}' is {}: only F32, BF16 and F16 weights can be read",
-                     name, path_.string(), safetensors_dtype_name(info->dtype));
+                     "tensor '{}' of safetensors file '{}' is {}: only F32, BF16 and F16 weights can be read", name,
+                     path_.string(), safetensors_dtype_name(info->dtype));
   const Shape& shape = info->shape;
   const uint64_t element = stored_element_size(*info);
   const unsigned char* base = mapped_ + header_.data_start + info->begin;

@@ -161,14 +161,19 @@ std::chrono::milliseconds comm_timeout_from(const ResolvedConfig& config) {
 }
 
 GptConfig gpt_config_from(const ResolvedConfig& c, int64_t vocab_size) {
-  static const ConfigBinding<GptConfig> binding{
-      {"model.block_size", &GptConfig::block_size},   {"model.n_layer", &GptConfig::n_layer},
-      {"model.n_head", &GptConfig::n_head},           {"model.n_embd", &GptConfig::n_embd},
-      {"model.mlp_ratio", &GptConfig::mlp_ratio},     {"model.bias", &GptConfig::bias},
-      {"model.tie_weights", &GptConfig::tie_weights}, {"model.norm", &GptConfig::norm},
-      {"model.init_std", &GptConfig::init_std},       {"model.family", &GptConfig::family},
-      {"model.n_kv_head", &GptConfig::n_kv_head},     {"model.head_dim", &GptConfig::head_dim},
-      {"model.intermediate_size", &GptConfig::intermediate_size}};
+  static const ConfigBinding<GptConfig> binding{{"model.block_size", &GptConfig::block_size},
+                                                {"model.n_layer", &GptConfig::n_layer},
+                                                {"model.n_head", &GptConfig::n_head},
+                                                {"model.n_embd", &GptConfig::n_embd},
+                                                {"model.mlp_ratio", &GptConfig::mlp_ratio},
+                                                {"model.bias", &GptConfig::bias},
+                                                {"model.tie_weights", &GptConfig::tie_weights},
+                                                {"model.norm", &GptConfig::norm},
+                                                {"model.init_std", &GptConfig::init_std},
+                                                {"model.family", &GptConfig::family},
+                                                {"model.n_kv_head", &GptConfig::n_kv_head},
+                                                {"model.head_dim", &GptConfig::head_dim},
+                                                {"model.intermediate_size", &GptConfig::intermediate_size}};
   if (const std::string from = c.get_string("model.from"); !from.empty()) {
     GptConfig hf = gpt_config_from_hf(from);
     // The head may have more rows than the tokenizer has ids (Qwen pads it); never fewer.

@@ -58,8 +58,8 @@ DecoderLayer::DecoderLayer(const GptConfig& c, const std::shared_ptr<Communicato
     v_whole_ = register_module("self_attn.v_proj", std::make_shared<nn::Linear>(C, kv_width, c.qkv_bias));
     kv_start_ = (tp::group_rank(group) / (tp / c.kv_heads())) * D;
   }
-  o_proj_ = register_module("self_attn.o_proj",
-                            std::make_shared<tp::RowParallelLinear>(c.n_head * D, C, c.out_bias, group));
+  o_proj_ =
+      register_module("self_attn.o_proj", std::make_shared<tp::RowParallelLinear>(c.n_head * D, C, c.out_bias, group));
   if (c.qk_norm) {
     q_norm_ = register_module("self_attn.q_norm", std::make_shared<nn::Norm>(D, rms, false, c.norm_eps));
     k_norm_ = register_module("self_attn.k_norm", std::make_shared<nn::Norm>(D, rms, false, c.norm_eps));
@@ -73,8 +73,7 @@ DecoderLayer::DecoderLayer(const GptConfig& c, const std::shared_ptr<Communicato
 }
 
 Tensor DecoderLayer::project_kv(const std::shared_ptr<tp::ColumnParallelLinear>& sharded,
-                                const std::shared_ptr<nn::Linear>& whole, const Tensor& x,
-                                DType compute_dtype) const {
+                                const std::shared_ptr<nn::Linear>& whole, const Tensor& x, DType compute_dtype) const {
   if (sharded) return sharded->forward(x, compute_dtype);
   // Every rank holds the same x and the same weights; the copy region sums the ranks' gradients of the whole
   // projection in backward, so each rank's weight gradient is the full one and x's gradient counts it once.
@@ -102,16 +101,15 @@ Tensor DecoderLayer::finish(const Tensor& x, const Tensor& attn, DType compute_d
   const Tensor h = ops::add(x, o_proj_->forward(attn, compute_dtype));
   const Tensor normed = norm_in_f32(*post_attention_layernorm_, h);
   const Tensor mlp = down_proj_->forward(
-      ops::swiglu(gate_proj_->forward(normed, compute_dtype), up_proj_->forward(normed, compute_dtype)),
-      compute_dtype);
+      ops::swiglu(gate_proj_->forward(normed, compute_dtype), up_proj_->forward(normed, compute_dtype)), compute_dtype);
   return ops::add(h, mlp);
 }
 
 Tensor DecoderLayer::forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
                              DType compute_dtype) const {
   const Projected p = project(x, positions, inv_freq, compute_dtype);
-  const Tensor attn = ops::causal_attention(p.q, p.k, p.v, static_cast<int>(local_heads_),
-                                            static_cast<int>(local_kv_heads_));
+  const Tensor attn =
+      ops::causal_attention(p.q, p.k, p.v, static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
   return finish(x, attn, compute_dtype);
 }
 

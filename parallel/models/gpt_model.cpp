@@ -18,7 +18,8 @@ namespace retort {
 
 void GptConfig::validate() const {
   RETORT_INPUT_CHECK(family == "gpt" || family == "llama" || family == "qwen2" || family == "qwen3",
-                     "model.family '{}' is not a model family retort builds: choose gpt, llama, qwen2 or qwen3", family);
+                     "model.family '{}' is not a model family retort builds: choose gpt, llama, qwen2 or qwen3",
+                     family);
   RETORT_INPUT_CHECK(vocab_size > 0, "model.vocab_size must be positive, got {}", vocab_size);
   RETORT_INPUT_CHECK(block_size > 0, "model.block_size must be positive, got {}", block_size);
   RETORT_INPUT_CHECK(n_layer > 0, "model.n_layer must be positive, got {}", n_layer);
@@ -39,17 +40,19 @@ void GptConfig::validate() const {
                      "model.n_head ({}) must be a multiple of model.n_kv_head ({}): each key/value head serves a "
                      "whole group of query heads",
                      n_head, kv_heads());
-  RETORT_INPUT_CHECK(intermediate_size >= 0, "model.intermediate_size must be positive (or 0: mlp_ratio x n_embd), "
-                     "got {}", intermediate_size);
+  RETORT_INPUT_CHECK(intermediate_size >= 0,
+                     "model.intermediate_size must be positive (or 0: mlp_ratio x n_embd), "
+                     "got {}",
+                     intermediate_size);
   rope.validate();
 }
 
 void GptConfig::validate_for_tp(int tp) const {
   validate();
   tp::check_divides(n_head, tp, "model.n_head");
-  tp::check_divides(mlp_width(), tp,
-                    llama_family() ? "the MLP width (model.intermediate_size)"
-                                   : "the MLP width (model.mlp_ratio x model.n_embd)");
+  tp::check_divides(
+      mlp_width(), tp,
+      llama_family() ? "the MLP width (model.intermediate_size)" : "the MLP width (model.mlp_ratio x model.n_embd)");
   if (llama_family()) {
     RETORT_INPUT_CHECK(kv_heads() % tp == 0 || tp % kv_heads() == 0,
                        "the {} key/value heads (model.n_kv_head) do not split over parallel.tp = {} ranks: choose a tp "
@@ -104,11 +107,11 @@ GptModel::GptModel(const GptConfig& config, std::shared_ptr<Communicator> tp_gro
       layers_.push_back(register_module("model.layers." + std::to_string(i),
                                         std::make_shared<models::DecoderLayer>(config_, tp_group_)));
     else
-      blocks_.push_back(
-          register_module("blocks." + std::to_string(i), std::make_shared<GptBlock>(config_, tp_group_)));
+      blocks_.push_back(register_module("blocks." + std::to_string(i), std::make_shared<GptBlock>(config_, tp_group_)));
   }
   if (llama)
-    ln_f_ = register_module("model.norm", std::make_shared<nn::Norm>(C, nn::NormKind::RmsNorm, false, config_.norm_eps));
+    ln_f_ =
+        register_module("model.norm", std::make_shared<nn::Norm>(C, nn::NormKind::RmsNorm, false, config_.norm_eps));
   else
     ln_f_ = register_module(
         "ln_f", std::make_shared<nn::Norm>(C, nn::norm_kind_from_name(config_.norm), config_.bias, config_.norm_eps));

@@ -119,12 +119,12 @@ class GptModel : public nn::Module {
   GptConfig config_;
   std::shared_ptr<Communicator> tp_group_;
   std::shared_ptr<tp::VocabParallelEmbedding> wte_;
-  std::shared_ptr<nn::Embedding> wpe_;                // gpt only
-  std::vector<std::shared_ptr<GptBlock>> blocks_;     // gpt
+  std::shared_ptr<nn::Embedding> wpe_;                         // gpt only
+  std::vector<std::shared_ptr<GptBlock>> blocks_;              // gpt
   std::vector<std::shared_ptr<models::DecoderLayer>> layers_;  // the Llama family
   std::shared_ptr<nn::Norm> ln_f_;
   std::shared_ptr<tp::ColumnParallelLinear> lm_head_;  // absent when tied
-  Tensor vocab_mask_;     // f32 [padded_vocab / tp]: 0, or -inf at padded ids; undefined without padding
+  Tensor vocab_mask_;  // f32 [padded_vocab / tp]: 0, or -inf at padded ids; undefined without padding
 };
 
 }  // namespace retort

@@ -24,8 +24,8 @@ struct ConfigFile {
   }
   int64_t get_int(const std::string& key, int64_t fallback) const { return has(key) ? get_int(key) : fallback; }
   double get_double(const Json& object, const std::string& key, const std::string& where) const {
-    RETORT_INPUT_CHECK(object.contains(key) && object[key].is_number(), "'{}': {}\"{}\" must be a number, got {}",
-                       path, where, key, object.contains(key) ? object[key].dump() : "nothing");
+    RETORT_INPUT_CHECK(object.contains(key) && object[key].is_number(), "'{}': {}\"{}\" must be a number, got {}", path,
+                       where, key, object.contains(key) ? object[key].dump() : "nothing");
     return object[key].get<double>();
   }
   bool get_bool(const std::string& key, bool fallback) const {
@@ -39,8 +39,7 @@ struct ConfigFile {
 ConfigFile read_config(const std::filesystem::path& folder) {
   ConfigFile file{(folder / "config.json").string(), {}};
   std::ifstream stream(file.path);
-  RETORT_INPUT_CHECK(stream.good(), "cannot read '{}': a Hugging Face checkpoint folder has a config.json",
-                     file.path);
+  RETORT_INPUT_CHECK(stream.good(), "cannot read '{}': a Hugging Face checkpoint folder has a config.json", file.path);
   try {
     file.json = Json::parse(stream);
   } catch (const Json::exception& error) {
@@ -96,9 +95,8 @@ RopeConfig read_rope(const ConfigFile& file) {
 
 bool is_hf_checkpoint_folder(const std::filesystem::path& folder) {
   namespace fs = std::filesystem;
-  return fs::is_regular_file(folder / "config.json") &&
-         (fs::is_regular_file(folder / "model.safetensors") ||
-          fs::is_regular_file(folder / "model.safetensors.index.json"));
+  return fs::is_regular_file(folder / "config.json") && (fs::is_regular_file(folder / "model.safetensors") ||
+                                                         fs::is_regular_file(folder / "model.safetensors.index.json"));
 }
 
 GptConfig gpt_config_from_hf(const std::filesystem::path& folder) {

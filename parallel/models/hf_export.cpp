@@ -22,8 +22,10 @@ nlohmann::json hf_config_json(const GptConfig& c) {
   RETORT_INPUT_CHECK(c.family == "qwen2" ? (c.qkv_bias && !c.out_bias) : c.qkv_bias == c.out_bias,
                      "a {} model with q/k/v biases {} and an output bias {} cannot be written as a Hugging Face config",
                      c.family, c.qkv_bias, c.out_bias);
-  RETORT_INPUT_CHECK(c.qk_norm == (c.family == "qwen3"), "a {} model {} q/k norm cannot be written as a Hugging Face "
-                     "config", c.family, c.qk_norm ? "with" : "without");
+  RETORT_INPUT_CHECK(c.qk_norm == (c.family == "qwen3"),
+                     "a {} model {} q/k norm cannot be written as a Hugging Face "
+                     "config",
+                     c.family, c.qk_norm ? "with" : "without");
   nlohmann::json rope = {{"rope_type", c.rope.type}, {"rope_theta", c.rope.theta}};
   if (c.rope.type == "llama3") {
     rope["factor"] = c.rope.factor;

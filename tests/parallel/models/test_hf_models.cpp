@@ -4,14 +4,13 @@
 // [2, 12, V] tensor (padded vocabulary ids must be -inf), the mean next-token cross-entropy equals the reference loss,
 // and every rank's LOCAL gradient equals the matching slice of the reference gradient (1e-5 by the same norm).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
-
-#include <unistd.h>
 
 #include "core/io/safetensors.h"
 #include "core/tensor/slicing.h"
@@ -98,8 +97,8 @@ TEST_P(HfModelParity, LogitsLossAndLocalGradientsMatchTransformers) {
         }
         worst = std::max(worst, std::abs(g - want[static_cast<size_t>(row * V + start + c)]));
       }
-    EXPECT_LT(worst / logits_scale, 1e-5) << "logits: max |diff| / max |reference| (max |reference| "
-                                          << logits_scale << ")";
+    EXPECT_LT(worst / logits_scale, 1e-5)
+        << "logits: max |diff| / max |reference| (max |reference| " << logits_scale << ")";
     EXPECT_EQ(padded_seen, start + local > V ? B * T * (start + local - std::max(V, start)) : 0);
 
     Tensor loss = losses::cross_entropy(logits, next_token_targets(ids));
@@ -115,8 +114,7 @@ TEST_P(HfModelParity, LogitsLossAndLocalGradientsMatchTransformers) {
       const bool split = tp > 1 && spec.partition_dim >= 0;
       const int dim = split ? spec.partition_dim : 0;
       const int64_t extent = split ? p.size(dim) : full.size(0);
-      const std::vector<double> expected =
-          split ? expected_slice(full, dim, rank * extent, extent) : full.to_doubles();
+      const std::vector<double> expected = split ? expected_slice(full, dim, rank * extent, extent) : full.to_doubles();
       const std::vector<double> local_grad = p.grad().to_doubles();
       ASSERT_EQ(local_grad.size(), expected.size()) << param_name;
       double err = 0;
@@ -163,9 +161,8 @@ TEST(HfModelConfig, ReadsEachFamilysKeys) {
 class BrokenCheckpoint : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           fmt::format("retort_hf_broken_{}_{}", ::getpid(),
-                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / fmt::format("retort_hf_broken_{}_{}", ::getpid(),
+                                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     for (const char* file : {"config.json", "model.safetensors"})
@@ -301,7 +298,8 @@ TEST_P(HfExport, TheWrittenFolderHasTheOriginalsConfigAndLogits) {
                           "rms_norm_eps", "tie_word_embeddings", "rope_parameters"})
     EXPECT_EQ(written[key], original[key]) << key;
   const Tensor ids = load_safetensors(source / "reference.safetensors").get("input_ids");
-  const std::vector<double> before = model->forward(ids).to_doubles(), after = load_hf_model(out)->forward(ids).to_doubles();
+  const std::vector<double> before = model->forward(ids).to_doubles(),
+                            after = load_hf_model(out)->forward(ids).to_doubles();
   EXPECT_EQ(before, after);
   fs::remove_all(out);
 }

@@ -29,10 +29,17 @@ Tensor norm_in_f32(const nn::Norm& norm, const Tensor& x) {
   return ops::cast(norm.forward(ops::cast(x, DType::F32)), DType::BF16);
 }
 
-// The per-head norm of qwen3: x [B, T, heads * head_dim] normed over each head's head_dim.
-Tensor norm_per_head(const nn::Norm& norm, const Tensor& x, int64_t heads, int64_t head_dim) {
+// The per-head norm of qwen3: x [B, T, heads * head_dim] normed over each head's head_dim, in float32. Each rank
+// holds only some heads, so the weight (the same on every rank) enters through the copy region: its gradient is
+// summed over the group, the full gradient on every rank.
+Tensor norm_per_head(const nn::Norm& norm, const Tensor& x, int64_t heads, int64_t head_dim,
+                     const std::shared_ptr<Communicator>& group) {
   const Tensor per_head = ops::reshape(x, {x.size(0), x.size(1), heads, head_dim});
-  return ops::reshape(norm_in_f32(norm, per_head), x.shape());
+  const bool low = x.dtype() == DType::BF16;
+  const Tensor input = low ? ops::cast(per_head, DType::F32) : per_head;
+  const Tensor weight = tp::copy_to_tp_region(nn::to_compute(norm.weight(), input.dtype()), group);
+  const Tensor normed = ops::rms_norm(input, weight, norm.eps());
+  return ops::reshape(low ? ops::cast(normed, DType::BF16) : normed, x.shape());
 }
 
 }  // namespace
@@ -89,8 +96,8 @@ DecoderLayer::Projected DecoderLayer::project(const Tensor& x, const Tensor& pos
   p.k = project_kv(k_proj_, k_whole_, normed, compute_dtype);
   p.v = project_kv(v_proj_, v_whole_, normed, compute_dtype);
   if (q_norm_) {
-    p.q = norm_per_head(*q_norm_, p.q, local_heads_, head_dim_);
-    p.k = norm_per_head(*k_norm_, p.k, local_kv_heads_, head_dim_);
+    p.q = norm_per_head(*q_norm_, p.q, local_heads_, head_dim_, group_);
+    p.k = norm_per_head(*k_norm_, p.k, local_kv_heads_, head_dim_, group_);
   }
   p.q = ops::rotary_embedding(p.q, positions, inv_freq, head_dim_);
   p.k = ops::rotary_embedding(p.k, positions, inv_freq, head_dim_);

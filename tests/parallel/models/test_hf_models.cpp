@@ -263,7 +263,7 @@ TEST(HfModelTp, KeyValueHeadsThatDoNotSplitOverTpNameBothNumbers) {
   c.n_embd = 48;
   c.n_head = 12;
   c.n_kv_head = 3;
-  c.intermediate_size = 64;
+  c.intermediate_size = 96;
   try {
     c.validate_for_tp(2);
     ADD_FAILURE() << "3 key/value heads over tp 2 were accepted";

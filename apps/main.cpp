@@ -8,6 +8,7 @@
 #include "apps/compare_command.h"
 #include "apps/distill_command.h"
 #include "apps/eval_command.h"
+#include "apps/export_command.h"
 #include "apps/generate_command.h"
 #include "apps/launch_command.h"
 #include "apps/train_command.h"
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
   retort::apps::add_eval_command(app, &exit_code);
   retort::apps::add_generate_command(app, &exit_code);
   retort::apps::add_compare_command(app);
+  retort::apps::add_export_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/io/atomic_file.h"
+#include "core/io/safetensors_slices.h"
 #include "core/util/error.h"
 #include "core/util/suggest.h"
 
@@ -118,7 +119,13 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
   result.metadata = std::move(opened.header.metadata);
   for (const SafetensorsTensorInfo& info : opened.header.tensors) {
     Tensor tensor = Tensor::empty(info.shape, info.dtype, Device::cpu());
-    if (info.end > info.begin) {
+    if (info.end > info.begin && info.stored_f16) {
+      std::vector<uint16_t> halves((info.end - info.begin) / 2);
+      read_exactly(opened.stream, opened.header.data_start + info.begin, halves.data(), info.end - info.begin,
+                   path.string(), fmt::format("tensor '{}'", info.name));
+      float* out = static_cast<float*>(tensor.raw_data());
+      for (size_t i = 0; i < halves.size(); ++i) out[i] = f16_bits_to_float(halves[i]);
+    } else if (info.end > info.begin) {
       read_exactly(opened.stream, opened.header.data_start + info.begin, tensor.raw_data(), info.end - info.begin,
                    path.string(), fmt::format("tensor '{}'", info.name));
     }

@@ -43,13 +43,17 @@ SafetensorsTensorInfo decode_entry(const std::string& name, const OrderedJson& e
   const auto known = std::find_if(kDTypes.begin(), kDTypes.end(), [&](DType candidate) {
     return safetensors_dtype_name(candidate) == dtype.get_ref<const std::string&>();
   });
-  if (known == kDTypes.end()) {
+  if (dtype.get_ref<const std::string&>() == "F16") {
+    info.dtype = DType::F32;  // converted on reading (Hugging Face checkpoints stored in half precision)
+    info.stored_f16 = true;
+  } else if (known == kDTypes.end()) {
     throw InputError(fmt::format(
-        "safetensors file '{}': tensor '{}' has dtype '{}', which retort does not read (it reads F32, BF16, I32, "
+        "safetensors file '{}': tensor '{}' has dtype '{}', which retort does not read (it reads F32, BF16, F16, I32, "
         "F64); convert the tensor, or check that the file is not corrupt",
         file, name, dtype.get<std::string>()));
+  } else {
+    info.dtype = *known;
   }
-  info.dtype = *known;
 
   const OrderedJson& shape = entry["shape"];
   if (!shape.is_array())
@@ -64,7 +68,7 @@ SafetensorsTensorInfo decode_entry(const std::string& name, const OrderedJson& e
     if (size != 0 && numel > std::numeric_limits<uint64_t>::max() / size) overflow = true;
     numel *= size;
   }
-  const uint64_t element = dtype_size(info.dtype);
+  const uint64_t element = stored_element_size(info);
   if (overflow || numel > std::numeric_limits<uint64_t>::max() / element) {
     corrupt(file, fmt::format("tensor '{}' has an impossibly large shape {}", name, shape.dump()));
   }
@@ -133,6 +137,10 @@ std::string_view safetensors_dtype_name(DType dtype) {
       return "F64";
   }
   return "?";
+}
+
+size_t stored_element_size(const SafetensorsTensorInfo& info) {
+  return info.stored_f16 ? 2 : dtype_size(info.dtype);
 }
 
 std::string encode_safetensors_header(const std::vector<SafetensorsTensorInfo>& tensors,

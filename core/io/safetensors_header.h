@@ -15,10 +15,13 @@ namespace retort {
 
 struct SafetensorsTensorInfo {
   std::string name;
+  // The dtype retort reads the tensor as. Half precision ("F16", which retort has no dtype for) reads as F32:
+  // `stored_f16` is then set, and every element is 2 bytes in the file.
   DType dtype = DType::F32;
   Shape shape;
   uint64_t begin = 0;  // byte offsets into the data buffer
   uint64_t end = 0;
+  bool stored_f16 = false;
 };
 
 struct SafetensorsHeader {
@@ -30,6 +33,9 @@ struct SafetensorsHeader {
 
 // "F32" | "BF16" | "I32" | "F64": the format's names for the dtypes retort stores.
 std::string_view safetensors_dtype_name(DType dtype);
+
+// Bytes per element as stored in the file (2 for F16, else the dtype's size).
+size_t stored_element_size(const SafetensorsTensorInfo& info);
 
 // The 8 length bytes followed by the JSON, padded with spaces so the data buffer starts 8-byte aligned.
 // Offsets in `tensors` must already be assigned.

@@ -24,6 +24,8 @@ class Norm : public Module {
  public:
   Norm(int64_t features, NormKind kind, bool bias, double eps = 1e-5);
   Tensor forward(const Tensor& x) const;
+  const Tensor& weight() const { return weight_; }
+  double eps() const { return eps_; }
 
  private:
   NormKind kind_;

@@ -21,6 +21,7 @@
 #include "distill/train/token_bytes.h"
 #include "distill/train/training_loop.h"
 #include "parallel/launch/distributed_run.h"
+#include "parallel/models/hf_config.h"
 
 namespace retort::distill {
 
@@ -133,9 +134,10 @@ void check_before_work(const ResolvedConfig& config, RunStart start, const Distr
                        dist.env.world_size, dist.grid.tp_size, dist.env.world_size);
   const fs::path teacher_dir = teacher_run_dir(config);
   if (has_external_teacher(config)) {
-    RETORT_INPUT_CHECK(latest_checkpoint(teacher_dir).has_value(),
-                       "distill.teacher = '{}' holds no trained teacher (no checkpoint): train it first, or leave "
-                       "distill.teacher empty so that distill run trains one in run.dir/teacher",
+    RETORT_INPUT_CHECK(latest_checkpoint(teacher_dir).has_value() || is_hf_checkpoint_folder(teacher_dir),
+                       "distill.teacher = '{}' holds no trained teacher (no checkpoint, and not a Hugging Face folder "
+                       "with config.json and model.safetensors): train it first, or leave distill.teacher empty so "
+                       "that distill run trains one in run.dir/teacher",
                        teacher_dir.string());
   } else if (start == RunStart::kResume) {
     check_teacher_matches(teacher_dir, teacher_config_of(config, teacher_dir));

@@ -133,7 +133,10 @@ NamedTensors resharded_weights(const fs::path& dir, const nn::Module& model, int
   for (const auto& [name, param] : model.named_parameters()) {
     std::vector<Tensor> shards;
     for (const SafetensorsFile& file : saved) shards.push_back(file.get(name));
-    const Tensor full = tp::assemble_full(shards, param.sharding());
+    Tensor full = tp::assemble_full(shards, param.sharding());
+    // A vocabulary padded to a multiple of the saved tp is re-padded to this tp's multiple.
+    const int dim = param.sharding().partition_dim;
+    if (dim >= 0) full = tp::fit_extent(full, dim, tp::full_shape(param.shape(), param.sharding(), shard.tp_size)[dim]);
     local.emplace_back(name, tp::shard_of(full, param.sharding(), shard.tp_rank, shard.tp_size));
   }
   return local;

@@ -2,8 +2,10 @@
 
 #include "core/config/config_binding.h"
 #include "core/data/corpus.h"
+#include "core/util/error.h"
 #include "optim/optimizer_factory.h"
 #include "optim/rekls/rekls_routing.h"
+#include "parallel/models/hf_config.h"
 
 namespace retort::distill {
 
@@ -43,11 +45,28 @@ ConfigSchema training_schema(const std::string& default_run_dir) {
       .min(0)
       .less_than(1);
 
+  s.add_string("model.family", "gpt",
+               "decoder family: gpt (learned positions, GELU MLP, fused q|k|v), llama (RMSNorm, rotary positions, "
+               "grouped-query attention, SwiGLU MLP, no biases), qwen2 (llama with q/k/v biases) or qwen3 (llama with "
+               "a per-head RMSNorm of q and k); the llama family ignores model.bias and model.norm")
+      .choices({"gpt", "llama", "qwen2", "qwen3"});
+  s.add_string("model.from", "",
+               "a Hugging Face checkpoint folder (config.json, model.safetensors, tokenizer.json) to fine-tune: the "
+               "model's family and sizes come from its config.json (every other model.* size key is ignored), its "
+               "weights replace the initialisation, and its tokenizer.json is data.tokenizer unless that is set "
+               "(data.vocab_size must then be the tokenizer's id count); empty: a new model of the model.* keys");
   s.add_int("model.block_size", 128, "context length the position embedding covers").range(1, 1 << 20);
   s.add_int("model.n_layer", 4, "transformer blocks").range(1, 1024);
   s.add_int("model.n_head", 4, "attention heads").range(1, 1024);
   s.add_int("model.n_embd", 256, "residual width (a multiple of n_head)").range(1, 1 << 16);
   s.add_int("model.mlp_ratio", 4, "MLP hidden width / n_embd").range(1, 64);
+  s.add_int("model.n_kv_head", 0,
+            "llama family: key/value heads of grouped-query attention (a divisor of n_head); 0: n_head")
+      .range(0, 1024);
+  s.add_int("model.head_dim", 0, "llama family: width of each attention head (even); 0: n_embd / n_head")
+      .range(0, 1 << 12);
+  s.add_int("model.intermediate_size", 0, "llama family: SwiGLU MLP width; 0: mlp_ratio x n_embd").range(0, 1 << 20);
+  s.add_float("model.rope_theta", 10000.0, "llama family: base of the rotary position frequencies").greater_than(0);
   s.add_bool("model.bias", true, "biases in linear layers and LayerNorm");
   s.add_bool("model.tie_weights", true, "LM head shares the token embedding");
   s.add_string("model.norm", "layernorm", "normalisation").choices({"layernorm", "rmsnorm"});
@@ -131,7 +150,11 @@ data::DatasetOptions dataset_options_from(const ResolvedConfig& c) {
                                                            {"data.val_shards", &data::DatasetOptions::val_shards},
                                                            {"data.val_fraction", &data::DatasetOptions::val_fraction},
                                                            {"run.seed", &data::DatasetOptions::seed}};
-  return binding.read(c);
+  data::DatasetOptions options = binding.read(c);
+  // A fine-tuned Hugging Face model reads its own tokenizer.
+  if (const std::string from = c.get_string("model.from"); !from.empty() && options.tokenizer.empty())
+    options.tokenizer = std::filesystem::path(from) / "tokenizer.json";
+  return options;
 }
 
 std::chrono::milliseconds comm_timeout_from(const ResolvedConfig& config) {
@@ -139,14 +162,37 @@ std::chrono::milliseconds comm_timeout_from(const ResolvedConfig& config) {
 }
 
 GptConfig gpt_config_from(const ResolvedConfig& c, int64_t vocab_size) {
-  static const ConfigBinding<GptConfig> binding{
-      {"model.block_size", &GptConfig::block_size},   {"model.n_layer", &GptConfig::n_layer},
-      {"model.n_head", &GptConfig::n_head},           {"model.n_embd", &GptConfig::n_embd},
-      {"model.mlp_ratio", &GptConfig::mlp_ratio},     {"model.bias", &GptConfig::bias},
-      {"model.tie_weights", &GptConfig::tie_weights}, {"model.norm", &GptConfig::norm},
-      {"model.init_std", &GptConfig::init_std}};
+  static const ConfigBinding<GptConfig> binding{{"model.block_size", &GptConfig::block_size},
+                                                {"model.n_layer", &GptConfig::n_layer},
+                                                {"model.n_head", &GptConfig::n_head},
+                                                {"model.n_embd", &GptConfig::n_embd},
+                                                {"model.mlp_ratio", &GptConfig::mlp_ratio},
+                                                {"model.bias", &GptConfig::bias},
+                                                {"model.tie_weights", &GptConfig::tie_weights},
+                                                {"model.norm", &GptConfig::norm},
+                                                {"model.init_std", &GptConfig::init_std},
+                                                {"model.family", &GptConfig::family},
+                                                {"model.n_kv_head", &GptConfig::n_kv_head},
+                                                {"model.head_dim", &GptConfig::head_dim},
+                                                {"model.intermediate_size", &GptConfig::intermediate_size}};
+  if (const std::string from = c.get_string("model.from"); !from.empty()) {
+    GptConfig hf = gpt_config_from_hf(from);
+    // The head may have more rows than the tokenizer has ids (Qwen pads it); never fewer.
+    RETORT_INPUT_CHECK(vocab_size <= hf.vocab_size,
+                       "model.from '{}' has a vocabulary of {} rows but the data's tokenizer has {} ids: fine-tune it "
+                       "with its own tokenizer (leave data.tokenizer empty, or give its tokenizer.json)",
+                       from, hf.vocab_size, vocab_size);
+    return hf;
+  }
   GptConfig g = binding.read(c);
   g.vocab_size = vocab_size;
+  if (g.llama_family()) {
+    g.norm = "rmsnorm";
+    g.bias = false;
+    g.qkv_bias = g.family == "qwen2";
+    g.qk_norm = g.family == "qwen3";
+    g.rope.theta = c.get_double("model.rope_theta");
+  }
   g.validate();
   return g;
 }

@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "core/util/error.h"
+#include "parallel/models/hf_config.h"
 
 namespace retort::distill {
 
@@ -37,7 +38,8 @@ std::vector<fs::path> runs_inside(const fs::path& dir) {
 void check_model_run_dir(const fs::path& dir, const std::string& flag) {
   RETORT_INPUT_CHECK(fs::is_directory(dir), "{} {}: no such folder: give the run folder of a trained model", flag,
                      dir.string());
-  if (is_training_run(dir)) return;
+  // A Hugging Face checkpoint folder is a model too (load_trained_model reads it).
+  if (is_training_run(dir) || (is_hf_checkpoint_folder(dir) && !fs::exists(dir / "config.yaml"))) return;
   fs::path normal = dir.lexically_normal();
   if (normal.filename().empty()) normal = normal.parent_path();  // "run/checkpoints/step_00000400/"
   const fs::path parent = normal.parent_path();
@@ -63,8 +65,9 @@ void check_model_run_dir(const fs::path& dir, const std::string& flag) {
                     "them: {}",
                     flag, dir.string(), runs.size(), quoted_list(runs)));
   RETORT_INPUT_CHECK(fs::exists(dir / "config.yaml"),
-                     "{} {} is not a retort run folder (it has no config.yaml): give the run folder of a `retort "
-                     "train` or `retort distill train` model",
+                     "{} {} is not a retort run folder (it has no config.yaml) nor a Hugging Face checkpoint folder "
+                     "(config.json with model.safetensors or model.safetensors.index.json): give the run folder of a "
+                     "`retort train` or `retort distill train` model, or a Hugging Face model folder",
                      flag, dir.string());
   throw InputError(
       fmt::format("{} {}: the run has no checkpoint yet: train it first (it must finish a step)", flag, dir.string()));

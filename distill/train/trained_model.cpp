@@ -11,6 +11,8 @@
 #include "distill/train/checkpoint_steps.h"
 #include "distill/train/config_builders.h"
 #include "distill/train/run_tokenizer.h"
+#include "parallel/models/hf_checkpoint.h"
+#include "parallel/models/hf_config.h"
 
 namespace retort::distill {
 
@@ -53,10 +55,45 @@ std::string recorded_tokenizer_fingerprint(const fs::path& run_dir, const Resolv
   return kept->fingerprint;
 }
 
+// The tokenizer of a Hugging Face folder: its tokenizer.json (data::Tokenizer reads tokenizer.json files).
+data::Tokenizer hf_folder_tokenizer(const fs::path& folder) {
+  const fs::path file = folder / "tokenizer.json";
+  RETORT_INPUT_CHECK(fs::exists(file),
+                     "the Hugging Face folder '{}' has no tokenizer.json: its token ids cannot be read from or turned "
+                     "into text; copy the model's tokenizer.json into it",
+                     folder.string());
+  return data::Tokenizer::load(file);
+}
+
+// A Hugging Face checkpoint folder as a trained model: the sizes from config.json, the weights from the
+// safetensors (each rank reading its own slices), the tokenizer identity from tokenizer.json.
+TrainedModel load_hf_folder_model(const fs::path& folder, Device device, std::shared_ptr<Communicator> tp_group) {
+  TrainedModel trained;
+  trained.run_dir = folder;
+  trained.checkpoint = folder;
+  trained.model = std::make_unique<GptModel>(gpt_config_from_hf(folder), std::move(tp_group));
+  load_hf_weights(*trained.model, folder);
+  const data::Tokenizer tokenizer = hf_folder_tokenizer(folder);
+  // The head may have more rows than the tokenizer has ids (Qwen pads it); the data's ids are the tokenizer's.
+  RETORT_INPUT_CHECK(tokenizer.vocab_size() <= trained.model->config().vocab_size,
+                     "the tokenizer.json of '{}' has {} ids but the model's vocab_size is {}: they are not a pair",
+                     folder.string(), tokenizer.vocab_size(), trained.model->config().vocab_size);
+  trained.vocab_size = tokenizer.vocab_size();
+  trained.tokenizer_fingerprint = tokenizer.fingerprint();
+  trained.model->to(device);
+  return trained;
+}
+
 }  // namespace
 
 TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::shared_ptr<Communicator> tp_group,
                                 std::optional<int64_t> step) {
+  if (is_hf_checkpoint_folder(run_dir) && !fs::exists(run_dir / "config.yaml")) {
+    RETORT_INPUT_CHECK(!step.has_value(),
+                       "'{}' is a Hugging Face checkpoint folder: it has one set of weights, no step {}",
+                       run_dir.string(), step.value_or(0));
+    return load_hf_folder_model(run_dir, device, std::move(tp_group));
+  }
   const ResolvedConfig config = load_run_config(run_dir);
   const auto checkpoint =
       step ? std::optional<fs::path>(checkpoint_at_step(run_dir, *step)) : latest_checkpoint(run_dir);
@@ -81,6 +118,8 @@ TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::sha
 }
 
 data::Tokenizer load_run_tokenizer(const TrainedModel& model) {
+  if (is_hf_checkpoint_folder(model.run_dir) && !fs::exists(model.run_dir / "config.yaml"))
+    return hf_folder_tokenizer(model.run_dir);
   if (const std::optional<RunTokenizerRecord> kept = read_run_tokenizer_record(model.run_dir)) {
     RETORT_INPUT_CHECK(kept->file.has_value(),
                        "the run '{}' was trained on pre-tokenized shards (data.shards) without a tokenizer, so its "
@@ -120,6 +159,7 @@ data::Tokenizer load_run_tokenizer(const TrainedModel& model) {
 }
 
 data::Tokenizer load_run_tokenizer(const fs::path& run_dir) {
+  if (is_hf_checkpoint_folder(run_dir) && !fs::exists(run_dir / "config.yaml")) return hf_folder_tokenizer(run_dir);
   // Only what the tokenizer is checked against; no weights are loaded.
   const ResolvedConfig config = load_run_config(run_dir);
   TrainedModel identity;

@@ -31,6 +31,8 @@ ResolvedConfig load_run_config(const std::filesystem::path& run_dir);
 
 // Loads the run's latest checkpoint (or the one of `step`) onto `device`, split over tp_group (null: one rank). A
 // folder that is not a run directory, holds no checkpoint, or none of `step`, is an InputError.
+// A Hugging Face checkpoint folder (config.json + safetensors + tokenizer.json, parallel/models/hf_checkpoint.h) is
+// accepted wherever a run directory is: its tokenizer is its tokenizer.json, its step 0.
 TrainedModel load_trained_model(const std::filesystem::path& run_dir, Device device,
                                 std::shared_ptr<Communicator> tp_group = nullptr,
                                 std::optional<int64_t> step = std::nullopt);

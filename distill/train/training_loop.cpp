@@ -29,6 +29,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/launch/distributed_run.h"
 #include "parallel/models/gpt_model.h"
+#include "parallel/models/hf_checkpoint.h"
 
 namespace retort::distill {
 
@@ -96,7 +97,11 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
 
   const GptConfig model_config = gpt_config_from(config, dataset.vocab_size);
   GptModel model(model_config, grid.tp);
-  model.initialize(seed);
+  // Fine-tuning starts from the Hugging Face weights (each rank reading its own slices), a new model from the seed.
+  if (const std::string from = config.get_string("model.from"); !from.empty())
+    load_hf_weights(model, from);
+  else
+    model.initialize(seed);
   model.to(device);
   const DType dtype = dtype_from_name(config.get_string("model.dtype"));
   spdlog::info("model: {} parameters{}, {} layers x {} wide, context {}, on {} ({})", model.parameter_count(),

@@ -16,8 +16,9 @@ KvCache::KvCache(const GptModel& model, int64_t batch, int64_t capacity, DType d
                      "a KV cache of {} positions does not fit the model's context (model.block_size = {}): ask for "
                      "at most {}",
                      capacity, config.block_size, config.block_size);
-  const int64_t local_heads = config.n_head / tp::group_size(model.tp_group());
-  const int64_t head_dim = config.n_embd / config.n_head;
+  // The key/value heads of this rank (grouped-query attention caches n_kv_head of them, not n_head).
+  const int64_t local_heads = model.local_kv_heads();
+  const int64_t head_dim = model.head_dim();
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     // Zeroed once: every slot a query reads has been written first, but no slot ever holds stray bit patterns.
     keys_.push_back(Tensor::zeros({batch, local_heads, capacity, head_dim}, dtype, device));

@@ -1,8 +1,9 @@
 #pragma once
 // The keys and values of every attention layer of a GptModel for a batch of sequences being generated, so that
 // each new token costs one position of compute instead of a whole forward over the prefix. Under tensor
-// parallelism every rank caches only its own heads (the q|k|v projection is column-parallel), so the cache is
-// 1/tp of the dense one and no rank ever sees another rank's keys.
+// parallelism every rank caches only its own key/value heads (the projections are column-parallel), so the cache is
+// 1/tp of the dense one; with grouped-query attention it holds n_kv_head heads, not n_head (one per rank when there
+// are fewer kv heads than ranks).
 //
 // Sequences advance independently: each has its own length, its new tokens go to positions length, length+1, ...
 // and attend keys [0, position]. A batch of prompts of different lengths is therefore right-padded, prefilled in
@@ -30,7 +31,7 @@ class KvCache {
   int64_t length(int64_t row) const { return lengths_[static_cast<size_t>(row)]; }
   const std::vector<int64_t>& lengths() const { return lengths_; }
 
-  // Per layer: keys and values [batch, local_heads, capacity, head_dim].
+  // Per layer: keys and values [batch, local_kv_heads, capacity, head_dim] (GptModel::local_kv_heads, head_dim).
   Tensor& keys(int64_t layer) { return keys_[static_cast<size_t>(layer)]; }
   Tensor& values(int64_t layer) { return values_[static_cast<size_t>(layer)]; }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/autograd/grad_mode.h"
 #include "core/ops/ops.h"
@@ -9,27 +10,55 @@
 #include "core/tensor/slicing.h"
 #include "core/util/error.h"
 #include "parallel/generate/kv_cache.h"
+#include "parallel/models/decoder_layer.h"
 #include "parallel/tp/regions.h"
 #include "parallel/tp/sharding.h"
 
 namespace retort {
 
 void GptConfig::validate() const {
+  RETORT_INPUT_CHECK(family == "gpt" || family == "llama" || family == "qwen2" || family == "qwen3",
+                     "model.family '{}' is not a model family retort builds: choose gpt, llama, qwen2 or qwen3",
+                     family);
   RETORT_INPUT_CHECK(vocab_size > 0, "model.vocab_size must be positive, got {}", vocab_size);
   RETORT_INPUT_CHECK(block_size > 0, "model.block_size must be positive, got {}", block_size);
   RETORT_INPUT_CHECK(n_layer > 0, "model.n_layer must be positive, got {}", n_layer);
   RETORT_INPUT_CHECK(n_head > 0, "model.n_head must be positive, got {}", n_head);
-  RETORT_INPUT_CHECK(n_embd > 0 && n_embd % n_head == 0,
-                     "model.n_embd ({}) must be a positive multiple of model.n_head ({})", n_embd, n_head);
   RETORT_INPUT_CHECK(mlp_ratio > 0, "model.mlp_ratio must be positive, got {}", mlp_ratio);
-  nn::norm_kind_from_name(norm);
+  if (!llama_family()) {
+    RETORT_INPUT_CHECK(n_embd > 0 && n_embd % n_head == 0,
+                       "model.n_embd ({}) must be a positive multiple of model.n_head ({})", n_embd, n_head);
+    nn::norm_kind_from_name(norm);
+    return;
+  }
+  RETORT_INPUT_CHECK(n_embd > 0, "model.n_embd must be positive, got {}", n_embd);
+  RETORT_INPUT_CHECK(head_dim > 0 || n_embd % n_head == 0,
+                     "model.n_embd ({}) must be a multiple of model.n_head ({}), or set model.head_dim", n_embd,
+                     n_head);
+  RETORT_INPUT_CHECK(head_size() % 2 == 0, "rotary embeddings need an even head_dim, got {}", head_size());
+  RETORT_INPUT_CHECK(n_kv_head >= 0 && n_head % kv_heads() == 0,
+                     "model.n_head ({}) must be a multiple of model.n_kv_head ({}): each key/value head serves a "
+                     "whole group of query heads",
+                     n_head, kv_heads());
+  RETORT_INPUT_CHECK(intermediate_size >= 0,
+                     "model.intermediate_size must be positive (or 0: mlp_ratio x n_embd), "
+                     "got {}",
+                     intermediate_size);
+  rope.validate();
 }
 
 void GptConfig::validate_for_tp(int tp) const {
   validate();
   tp::check_divides(n_head, tp, "model.n_head");
-  tp::check_divides(mlp_ratio * n_embd, tp, "the MLP width (model.mlp_ratio x model.n_embd)");
-  tp::check_divides(vocab_size, tp, "the vocabulary size (data.vocab_size)");
+  tp::check_divides(
+      mlp_width(), tp,
+      llama_family() ? "the MLP width (model.intermediate_size)" : "the MLP width (model.mlp_ratio x model.n_embd)");
+  if (llama_family()) {
+    RETORT_INPUT_CHECK(kv_heads() % tp == 0 || tp % kv_heads() == 0,
+                       "the {} key/value heads (model.n_kv_head) do not split over parallel.tp = {} ranks: choose a tp "
+                       "that divides {} or is a multiple of it",
+                       kv_heads(), tp, kv_heads());
+  }
 }
 
 GptBlock::GptBlock(const GptConfig& c, const std::shared_ptr<Communicator>& group)
@@ -65,37 +94,92 @@ Tensor GptBlock::forward_cached(const Tensor& x, generate::KvCache& cache, int64
 
 GptModel::GptModel(const GptConfig& config, std::shared_ptr<Communicator> tp_group)
     : config_(config), tp_group_(tp::is_distributed(tp_group) ? std::move(tp_group) : nullptr) {
-  config_.validate_for_tp(tp::group_size(tp_group_));
-  wte_ = register_module("wte",
-                         std::make_shared<tp::VocabParallelEmbedding>(config_.vocab_size, config_.n_embd, tp_group_));
-  wpe_ = register_module("wpe", std::make_shared<nn::Embedding>(config_.block_size, config_.n_embd));
-  for (int64_t i = 0; i < config_.n_layer; ++i)
-    blocks_.push_back(register_module("blocks." + std::to_string(i), std::make_shared<GptBlock>(config_, tp_group_)));
-  ln_f_ = register_module("ln_f", std::make_shared<nn::Norm>(config_.n_embd, nn::norm_kind_from_name(config_.norm),
-                                                             config_.bias, config_.norm_eps));
+  const int tp = tp::group_size(tp_group_);
+  config_.validate_for_tp(tp);
+  const int64_t vocab = config_.padded_vocab(tp), C = config_.n_embd;
+  const bool llama = config_.llama_family();
+  const std::string prefix = llama ? "model." : "";
+  wte_ = register_module(llama ? "model.embed_tokens" : "wte",
+                         std::make_shared<tp::VocabParallelEmbedding>(vocab, C, tp_group_));
+  if (!llama) wpe_ = register_module("wpe", std::make_shared<nn::Embedding>(config_.block_size, C));
+  for (int64_t i = 0; i < config_.n_layer; ++i) {
+    if (llama)
+      layers_.push_back(register_module("model.layers." + std::to_string(i),
+                                        std::make_shared<models::DecoderLayer>(config_, tp_group_)));
+    else
+      blocks_.push_back(register_module("blocks." + std::to_string(i), std::make_shared<GptBlock>(config_, tp_group_)));
+  }
+  if (llama)
+    ln_f_ =
+        register_module("model.norm", std::make_shared<nn::Norm>(C, nn::NormKind::RmsNorm, false, config_.norm_eps));
+  else
+    ln_f_ = register_module(
+        "ln_f", std::make_shared<nn::Norm>(C, nn::norm_kind_from_name(config_.norm), config_.bias, config_.norm_eps));
   if (!config_.tie_weights)
-    lm_head_ = register_module(
-        "lm_head", std::make_shared<tp::ColumnParallelLinear>(config_.n_embd, config_.vocab_size, false, tp_group_));
+    lm_head_ = register_module("lm_head", std::make_shared<tp::ColumnParallelLinear>(C, vocab, false, tp_group_));
   tp::mark_replicated(*this, tp_group_);
+  if (vocab != config_.vocab_size) {
+    // This rank's ids [start, start + vocab / tp): those at or past vocab_size are padding.
+    const int64_t local = vocab / tp, start = tp::group_rank(tp_group_) * local;
+    std::vector<float> mask(static_cast<size_t>(local), 0.0f);
+    for (int64_t i = 0; i < local; ++i)
+      if (start + i >= config_.vocab_size) mask[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+    vocab_mask_ = Tensor::from_floats(mask, {local});
+  }
+}
+
+int64_t GptModel::local_kv_heads() const {
+  const int tp = tp::group_size(tp_group_);
+  return config_.llama_family() ? config_.local_kv_heads(tp) : config_.n_head / tp;
 }
 
 void GptModel::initialize(uint64_t seed) {
   const double residual_std = config_.init_std / std::sqrt(2.0 * config_.n_layer);
   const int tp_size = tp::group_size(tp_group_), tp_rank = tp::group_rank(tp_group_);
+  const int64_t padded = config_.padded_vocab(tp_size);
   for (auto& [name, param] : named_parameters()) {
     const Shape full = tp::full_shape(param.shape(), param.sharding(), tp_size);
+    // The vocabulary tables are drawn at their real size, then padded with zero rows: the same real rows at every tp.
+    const bool padded_rows = padded != config_.vocab_size && param.ndim() == 2 && full[0] == padded &&
+                             (name == "wte.weight" || name == "model.embed_tokens.weight" || name == "lm_head.weight");
+    Shape drawn = full;
+    if (padded_rows) drawn[0] = config_.vocab_size;
     Tensor value;
     if (name.ends_with(".bias")) {
-      value = Tensor::zeros(full);
-    } else if (name.find("ln_") != std::string::npos) {
-      value = Tensor::full(full, 1.0);
+      value = Tensor::zeros(drawn);
+    } else if (name.find("ln_") != std::string::npos || name.find("norm") != std::string::npos) {
+      value = Tensor::full(drawn, 1.0);
     } else {
-      const bool residual = name.ends_with("attn.proj.weight") || name.ends_with("mlp.proj.weight");
-      value = randn(full, residual ? residual_std : config_.init_std, seed, stream_id(name));
+      const bool residual = name.ends_with("attn.proj.weight") || name.ends_with("mlp.proj.weight") ||
+                            name.ends_with("o_proj.weight") || name.ends_with("down_proj.weight");
+      value = randn(drawn, residual ? residual_std : config_.init_std, seed, stream_id(name));
     }
+    if (padded_rows) value = concat({value, Tensor::zeros({padded - config_.vocab_size, full[1]})}, 0);
     value = tp::shard_of(value, param.sharding(), tp_rank, tp_size);
     param.copy_(value.to(param.dtype()).to(param.device()));
   }
+}
+
+Tensor GptModel::rope_frequencies(Device device) const {
+  const std::vector<float> inv_freq = rope_inv_freq(config_.rope, config_.head_size());
+  return Tensor::from_floats(inv_freq, {static_cast<int64_t>(inv_freq.size())}, DType::F32, device);
+}
+
+Tensor GptModel::embed(const Tensor& ids, const Tensor& positions, DType compute_dtype) const {
+  Tensor x = wte_->forward(ids);
+  if (wpe_) x = ops::add(x, wpe_->forward(positions));
+  return nn::to_compute(x, compute_dtype);
+}
+
+Tensor GptModel::head(const Tensor& x_in, DType compute_dtype) const {
+  const Tensor x = ln_f_->forward(x_in);
+  Tensor logits =
+      tp::vocab_parallel_logits(x, lm_head_ ? lm_head_->weight() : wte_->weight(), tp_group_, compute_dtype);
+  if (!vocab_mask_.defined()) return logits;
+  const ShardingSpec spec = logits.sharding();
+  Tensor masked = ops::add_bias(logits, nn::to_compute(vocab_mask_.to(logits.device()), logits.dtype()));
+  masked.set_sharding(spec);
+  return masked;
 }
 
 Tensor GptModel::forward(const Tensor& ids, DType compute_dtype) const {
@@ -107,11 +191,13 @@ Tensor GptModel::forward(const Tensor& ids, DType compute_dtype) const {
   std::vector<int32_t> positions(static_cast<size_t>(B * T));
   for (int64_t i = 0; i < B * T; ++i) positions[i] = static_cast<int32_t>(i % T);
   Tensor pos = Tensor::from_ints(positions, {B, T}, ids.device());
-  Tensor x = ops::add(wte_->forward(ids), wpe_->forward(pos));
-  x = nn::to_compute(x, compute_dtype);
+  Tensor x = embed(ids, pos, compute_dtype);
   for (const auto& block : blocks_) x = block->forward(x, compute_dtype);
-  x = ln_f_->forward(x);
-  return tp::vocab_parallel_logits(x, lm_head_ ? lm_head_->weight() : wte_->weight(), tp_group_, compute_dtype);
+  if (!layers_.empty()) {
+    const Tensor inv_freq = rope_frequencies(ids.device());
+    for (const auto& layer : layers_) x = layer->forward(x, pos, inv_freq, compute_dtype);
+  }
+  return head(x, compute_dtype);
 }
 
 Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& valid, generate::KvCache& cache,
@@ -138,10 +224,14 @@ Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& v
       positions[static_cast<size_t>(b * T + t)] = static_cast<int32_t>(std::min(start + t, config_.block_size - 1));
   }
   const Tensor pos = Tensor::from_ints(positions, {B, T}, ids.device());
-  Tensor x = ops::add(wte_->forward(ids), wpe_->forward(pos));
-  x = nn::to_compute(x, compute_dtype);
+  Tensor x = embed(ids, pos, compute_dtype);
   for (size_t layer = 0; layer < blocks_.size(); ++layer)
     x = blocks_[layer]->forward_cached(x, cache, static_cast<int64_t>(layer), compute_dtype);
+  if (!layers_.empty()) {
+    const Tensor inv_freq = rope_frequencies(ids.device());
+    for (size_t layer = 0; layer < layers_.size(); ++layer)
+      x = layers_[layer]->forward_cached(x, pos, inv_freq, cache, static_cast<int64_t>(layer), compute_dtype);
+  }
   // Only each row's last real position is needed for the next token: the final norm and the LM head (the widest
   // product of the model) run on B rows instead of B x T.
   if (T > 1) {
@@ -152,9 +242,7 @@ Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& v
     }
     x = concat(last, 0);
   }
-  x = ln_f_->forward(x);
-  Tensor logits =
-      tp::vocab_parallel_logits(x, lm_head_ ? lm_head_->weight() : wte_->weight(), tp_group_, compute_dtype);
+  Tensor logits = head(x, compute_dtype);
   cache.advance(valid);
   Tensor rows = logits.view({B, logits.size(-1)});
   if (tp_group_) rows.set_sharding({1, 1, tp_group_});

@@ -1,15 +1,24 @@
 #pragma once
-// A GPT-style decoder: token + learned position embeddings, N pre-norm blocks of causal self-attention
-// and a GELU MLP, a final norm and an LM head (optionally tied to the token embedding).
+// The decoder-only transformer of every model family retort runs, chosen by GptConfig::family:
+//   gpt    token + learned position embeddings, N pre-norm blocks of causal self-attention (fused q|k|v) and a
+//          GELU MLP, a final norm and an LM head (optionally tied to the token embedding);
+//   llama  the Llama decoder (decoder_layer.h): RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP, no
+//          biases; its modules carry the Hugging Face parameter names (model.embed_tokens.weight, ...);
+//   qwen2  llama with q/k/v biases;   qwen3  llama with a per-head RMSNorm of q and k before the rotation.
 // Built from the tensor-parallel layers of parallel/tp: with a tp group of n ranks, each rank holds n_head / n
 // attention heads (its rows of q, k and v; its columns of the output projection), 1/n of the MLP width and
 // 1/n of the vocabulary (embedding rows and LM-head rows), and the logits stay sharded over the vocabulary.
+// Key/value heads split the same way when they divide by n; when there are fewer of them than ranks (n a multiple
+// of n_kv_head), each rank computes them all and keeps the one its query heads read.
+// A vocabulary that does not divide by n is padded to the next multiple with zero rows; the logits of the padded
+// ids are -inf, so no loss, top-k or sampler can pick them.
 // Without a group (or with one rank) it is the plain dense model, parameter for parameter.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/nn/layers.h"
+#include "parallel/models/rope.h"
 #include "parallel/tp/layers.h"
 
 namespace retort::generate {
@@ -18,7 +27,12 @@ class KvCache;
 
 namespace retort {
 
+namespace models {
+class DecoderLayer;
+}
+
 struct GptConfig {
+  std::string family = "gpt";  // gpt | llama | qwen2 | qwen3
   int64_t vocab_size = 8192;
   int64_t block_size = 128;  // context length
   int64_t n_layer = 4;
@@ -30,9 +44,27 @@ struct GptConfig {
   std::string norm = "layernorm";  // layernorm | rmsnorm
   double norm_eps = 1e-5;
   double init_std = 0.02;
+  // The Llama family (ignored by gpt): 0 means "derived" in each of the three sizes.
+  int64_t n_kv_head = 0;          // key/value heads (grouped-query attention); 0: n_head
+  int64_t head_dim = 0;           // 0: n_embd / n_head
+  int64_t intermediate_size = 0;  // the SwiGLU width; 0: mlp_ratio * n_embd
+  bool qkv_bias = false;          // biases on q, k and v (qwen2; also llama / qwen3 with attention_bias)
+  bool out_bias = false;          // a bias on the attention output (llama / qwen3 with attention_bias)
+  bool qk_norm = false;           // per-head RMSNorm of q and k before the rotation (qwen3)
+  RopeConfig rope;
+
+  bool llama_family() const { return family != "gpt"; }
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+  int64_t mlp_width() const { return intermediate_size > 0 ? intermediate_size : mlp_ratio * n_embd; }
+  // The vocabulary rounded up to a multiple of tp: the rows the embedding and the head hold over all ranks.
+  int64_t padded_vocab(int tp) const { return (vocab_size + tp - 1) / tp * tp; }
+  // Key/value heads each rank holds: n_kv_head / tp, or 1 when tp is a multiple of n_kv_head.
+  int64_t local_kv_heads(int tp) const { return kv_heads() >= tp ? kv_heads() / tp : 1; }
 
   void validate() const;  // InputError naming the first bad value
-  // validate() plus: the heads, the MLP width and the vocabulary divide by tp (an InputError naming the value).
+  // validate() plus: the heads and the MLP width divide by tp, and the key/value heads divide by tp or tp by them
+  // (an InputError naming the values).
   void validate_for_tp(int tp) const;
 };
 
@@ -61,7 +93,7 @@ class GptModel : public nn::Module {
   // the dense one does.
   void initialize(uint64_t seed);
 
-  // ids i32 [B, T] -> logits [B, T, vocab / tp] in compute_dtype (f32 or bf16; parameters stay f32), sharded
+  // ids i32 [B, T] -> logits [B, T, padded_vocab / tp] in compute_dtype (f32 or bf16; parameters stay f32), sharded
   // over the tp group (logits.sharding()) when there is one.
   Tensor forward(const Tensor& ids, DType compute_dtype = DType::F32) const;
 
@@ -74,15 +106,25 @@ class GptModel : public nn::Module {
 
   const GptConfig& config() const { return config_; }
   const std::shared_ptr<Communicator>& tp_group() const { return tp_group_; }
+  // Key/value heads this rank caches per layer, and their width (the KV cache's shape).
+  int64_t local_kv_heads() const;
+  int64_t head_dim() const { return config_.head_size(); }
 
  private:
+  Tensor embed(const Tensor& ids, const Tensor& positions, DType compute_dtype) const;
+  Tensor rope_frequencies(Device device) const;  // inv_freq (rope.h) on `device`
+  // The final norm and the head: logits [..., padded_vocab / tp], padded ids at -inf.
+  Tensor head(const Tensor& x, DType compute_dtype) const;
+
   GptConfig config_;
   std::shared_ptr<Communicator> tp_group_;
   std::shared_ptr<tp::VocabParallelEmbedding> wte_;
-  std::shared_ptr<nn::Embedding> wpe_;
-  std::vector<std::shared_ptr<GptBlock>> blocks_;
+  std::shared_ptr<nn::Embedding> wpe_;                         // gpt only
+  std::vector<std::shared_ptr<GptBlock>> blocks_;              // gpt
+  std::vector<std::shared_ptr<models::DecoderLayer>> layers_;  // the Llama family
   std::shared_ptr<nn::Norm> ln_f_;
   std::shared_ptr<tp::ColumnParallelLinear> lm_head_;  // absent when tied
+  Tensor vocab_mask_;  // f32 [padded_vocab / tp]: 0, or -inf at padded ids; undefined without padding
 };
 
 }  // namespace retort

@@ -33,6 +33,15 @@ Tensor shard_of(const Tensor& full, const ShardingSpec& spec, int tp_rank, int t
   return parts.size() == 1 ? parts[0] : concat(parts, dim);
 }
 
+Tensor fit_extent(const Tensor& full, int dim, int64_t extent) {
+  const int64_t have = full.size(dim);
+  if (have == extent) return full;
+  if (have > extent) return narrow_copy(full, dim, 0, extent);
+  Shape rest = full.shape();
+  rest.at(static_cast<size_t>(dim < 0 ? dim + full.ndim() : dim)) = extent - have;
+  return concat({full, Tensor::zeros(rest, full.dtype(), full.device())}, dim);
+}
+
 Tensor gather_full(const Tensor& local, const ShardingSpec& spec) {
   if (spec.partition_dim < 0 || !spec.group || spec.group->size() == 1) return local.clone();
   const int dim = spec.partition_dim, tp = spec.group->size();

@@ -21,6 +21,10 @@ Tensor gather_full(const Tensor& local, const ShardingSpec& spec);
 // tp: the inverse of shard_of. Replicated specs return shards[0].
 Tensor assemble_full(const std::vector<Tensor>& shards, const ShardingSpec& spec);
 
+// `full` cut or zero-padded along `dim` to `extent`: a vocabulary table padded for one tp (parallel/models/gpt_model.h)
+// re-fitted to another tp's padding. Only padding rows (zeros) are ever cut.
+Tensor fit_extent(const Tensor& full, int dim, int64_t extent);
+
 // An InputError naming `what` when `value` does not divide by tp_size (the message says what to change).
 void check_divides(int64_t value, int tp_size, const std::string& what);
 

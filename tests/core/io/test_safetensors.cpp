@@ -242,8 +242,8 @@ TEST_F(SafetensorsTest, CorruptFilesGiveErrorsNamingTheFile) {
        "dtype 'F17'"});
   cases.push_back(
       {"unsupported dtype",
-       raw_file("f16.safetensors", R"({"t":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", eight_bytes),
-       "dtype 'F16'"});
+       raw_file("f8.safetensors", R"({"t":{"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]}})", eight_bytes),
+       "dtype 'F8_E4M3'"});
   cases.push_back(
       {"offsets do not match the shape",
        raw_file("mismatch.safetensors", R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight_bytes),

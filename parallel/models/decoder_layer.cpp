@@ -1,0 +1,132 @@
+#include "parallel/models/decoder_layer.h"
+
+#include "core/autograd/engine.h"
+#include "core/autograd/grad_mode.h"
+#include "core/ops/ops.h"
+#include "core/tensor/slicing.h"
+#include "core/util/error.h"
+#include "parallel/generate/kv_cache.h"
+#include "parallel/models/gpt_model.h"
+#include "parallel/tp/regions.h"
+
+namespace retort::models {
+namespace {
+
+// Features [start, start + length) of the last dim, differentiably: the gradient is zero elsewhere.
+Tensor narrow_features(const Tensor& x, int64_t start, int64_t length) {
+  const int dim = x.ndim() - 1;
+  return autograd::record(narrow_copy(x, dim, start, length), "narrow_features", {x},
+                          [shape = x.shape(), dim, start](const Tensor& g) {
+                            Tensor grad = Tensor::zeros(shape, g.dtype(), g.device());
+                            copy_into_narrow(grad, dim, start, g);
+                            return std::vector<Tensor>{grad};
+                          });
+}
+
+// RMSNorm in float32 whatever the compute dtype (as transformers does), back in x's dtype.
+Tensor norm_in_f32(const nn::Norm& norm, const Tensor& x) {
+  if (x.dtype() != DType::BF16) return norm.forward(x);
+  return ops::cast(norm.forward(ops::cast(x, DType::F32)), DType::BF16);
+}
+
+// The per-head norm of qwen3: x [B, T, heads * head_dim] normed over each head's head_dim, in float32. Each rank
+// holds only some heads, so the weight (the same on every rank) enters through the copy region: its gradient is
+// summed over the group, the full gradient on every rank.
+Tensor norm_per_head(const nn::Norm& norm, const Tensor& x, int64_t heads, int64_t head_dim,
+                     const std::shared_ptr<Communicator>& group) {
+  const Tensor per_head = ops::reshape(x, {x.size(0), x.size(1), heads, head_dim});
+  const bool low = x.dtype() == DType::BF16;
+  const Tensor input = low ? ops::cast(per_head, DType::F32) : per_head;
+  const Tensor weight = tp::copy_to_tp_region(nn::to_compute(norm.weight(), input.dtype()), group);
+  const Tensor normed = ops::rms_norm(input, weight, norm.eps());
+  return ops::reshape(low ? ops::cast(normed, DType::BF16) : normed, x.shape());
+}
+
+}  // namespace
+
+DecoderLayer::DecoderLayer(const GptConfig& c, const std::shared_ptr<Communicator>& group)
+    : group_(group), head_dim_(c.head_size()) {
+  const int tp = tp::group_size(group);
+  local_heads_ = c.n_head / tp;
+  local_kv_heads_ = c.local_kv_heads(tp);
+  const int64_t C = c.n_embd, D = head_dim_, kv_width = c.kv_heads() * D;
+  const auto rms = nn::NormKind::RmsNorm;
+  input_layernorm_ = register_module("input_layernorm", std::make_shared<nn::Norm>(C, rms, false, c.norm_eps));
+  q_proj_ = register_module("self_attn.q_proj",
+                            std::make_shared<tp::ColumnParallelLinear>(C, c.n_head * D, c.qkv_bias, group));
+  if (c.kv_heads() % tp == 0) {
+    k_proj_ =
+        register_module("self_attn.k_proj", std::make_shared<tp::ColumnParallelLinear>(C, kv_width, c.qkv_bias, group));
+    v_proj_ =
+        register_module("self_attn.v_proj", std::make_shared<tp::ColumnParallelLinear>(C, kv_width, c.qkv_bias, group));
+  } else {
+    // tp ranks share each kv head: rank r's query heads read kv head r / (tp / n_kv_head).
+    k_whole_ = register_module("self_attn.k_proj", std::make_shared<nn::Linear>(C, kv_width, c.qkv_bias));
+    v_whole_ = register_module("self_attn.v_proj", std::make_shared<nn::Linear>(C, kv_width, c.qkv_bias));
+    kv_start_ = (tp::group_rank(group) / (tp / c.kv_heads())) * D;
+  }
+  o_proj_ =
+      register_module("self_attn.o_proj", std::make_shared<tp::RowParallelLinear>(c.n_head * D, C, c.out_bias, group));
+  if (c.qk_norm) {
+    q_norm_ = register_module("self_attn.q_norm", std::make_shared<nn::Norm>(D, rms, false, c.norm_eps));
+    k_norm_ = register_module("self_attn.k_norm", std::make_shared<nn::Norm>(D, rms, false, c.norm_eps));
+  }
+  post_attention_layernorm_ =
+      register_module("post_attention_layernorm", std::make_shared<nn::Norm>(C, rms, false, c.norm_eps));
+  const int64_t width = c.mlp_width();
+  gate_proj_ = register_module("mlp.gate_proj", std::make_shared<tp::ColumnParallelLinear>(C, width, false, group));
+  up_proj_ = register_module("mlp.up_proj", std::make_shared<tp::ColumnParallelLinear>(C, width, false, group));
+  down_proj_ = register_module("mlp.down_proj", std::make_shared<tp::RowParallelLinear>(width, C, false, group));
+}
+
+Tensor DecoderLayer::project_kv(const std::shared_ptr<tp::ColumnParallelLinear>& sharded,
+                                const std::shared_ptr<nn::Linear>& whole, const Tensor& x, DType compute_dtype) const {
+  if (sharded) return sharded->forward(x, compute_dtype);
+  // Every rank holds the same x and the same weights; the copy region sums the ranks' gradients of the whole
+  // projection in backward, so each rank's weight gradient is the full one and x's gradient counts it once.
+  const Tensor all_heads = tp::copy_to_tp_region(whole->forward(x, compute_dtype), group_);
+  return narrow_features(all_heads, kv_start_, head_dim_);
+}
+
+DecoderLayer::Projected DecoderLayer::project(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
+                                              DType compute_dtype) const {
+  const Tensor normed = norm_in_f32(*input_layernorm_, x);
+  Projected p;
+  p.q = q_proj_->forward(normed, compute_dtype);
+  p.k = project_kv(k_proj_, k_whole_, normed, compute_dtype);
+  p.v = project_kv(v_proj_, v_whole_, normed, compute_dtype);
+  if (q_norm_) {
+    p.q = norm_per_head(*q_norm_, p.q, local_heads_, head_dim_, group_);
+    p.k = norm_per_head(*k_norm_, p.k, local_kv_heads_, head_dim_, group_);
+  }
+  p.q = ops::rotary_embedding(p.q, positions, inv_freq, head_dim_);
+  p.k = ops::rotary_embedding(p.k, positions, inv_freq, head_dim_);
+  return p;
+}
+
+Tensor DecoderLayer::finish(const Tensor& x, const Tensor& attn, DType compute_dtype) const {
+  const Tensor h = ops::add(x, o_proj_->forward(attn, compute_dtype));
+  const Tensor normed = norm_in_f32(*post_attention_layernorm_, h);
+  const Tensor mlp = down_proj_->forward(
+      ops::swiglu(gate_proj_->forward(normed, compute_dtype), up_proj_->forward(normed, compute_dtype)), compute_dtype);
+  return ops::add(h, mlp);
+}
+
+Tensor DecoderLayer::forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
+                             DType compute_dtype) const {
+  const Projected p = project(x, positions, inv_freq, compute_dtype);
+  const Tensor attn =
+      ops::causal_attention(p.q, p.k, p.v, static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
+  return finish(x, attn, compute_dtype);
+}
+
+Tensor DecoderLayer::forward_cached(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
+                                    generate::KvCache& cache, int64_t layer, DType compute_dtype) const {
+  const Projected p = project(x, positions, inv_freq, compute_dtype);
+  const Tensor attn =
+      ops::attention_with_kv_cache(p.q, p.k, p.v, cache.keys(layer), cache.values(layer), cache.lengths_on_device(),
+                                   static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
+  return finish(x, attn, compute_dtype);
+}
+
+}  // namespace retort::models

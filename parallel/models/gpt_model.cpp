@@ -176,7 +176,10 @@ Tensor GptModel::head(const Tensor& x_in, DType compute_dtype) const {
   Tensor logits =
       tp::vocab_parallel_logits(x, lm_head_ ? lm_head_->weight() : wte_->weight(), tp_group_, compute_dtype);
   if (!vocab_mask_.defined()) return logits;
-  const ShardingSpec spec = logits.sharding();
+  // The losses, the vocab top-k and the sampler read only the real ids (full_extent, parallel/tp/vocab_shard.h);
+  // the -inf keeps every other reader of the logits (an argmax, an export of logits) off the padding too.
+  ShardingSpec spec = logits.sharding();
+  spec.full_extent = config_.vocab_size;
   Tensor masked = ops::add_bias(logits, nn::to_compute(vocab_mask_.to(logits.device()), logits.dtype()));
   masked.set_sharding(spec);
   return masked;
@@ -245,7 +248,7 @@ Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& v
   Tensor logits = head(x, compute_dtype);
   cache.advance(valid);
   Tensor rows = logits.view({B, logits.size(-1)});
-  if (tp_group_) rows.set_sharding({1, 1, tp_group_});
+  if (tp_group_) rows.set_sharding({1, 1, tp_group_, logits.sharding().full_extent});
   return rows;
 }
 

@@ -10,6 +10,7 @@
 
 #include "bench/harness/host_clock.h"
 #include "bench/harness/json_lines.h"
+#include "bench/harness/pool_meter.h"
 #include "bench/harness/rank_device.h"
 #include "core/ops/ops.h"
 #include "core/tensor/device_runtime.h"
@@ -33,11 +34,29 @@ int main(int argc, char** argv) {
   app.add_option("--layers", config.n_layer);
   app.add_option("--heads", config.n_head);
   app.add_option("--embd", config.n_embd);
+  // The Llama family (RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases): --family llama with its sizes.
+  app.add_option("--family", config.family, "gpt | llama | qwen2 | qwen3");
+  app.add_option("--kv-heads", config.n_kv_head, "key/value heads (Llama family; 0: --heads)");
+  app.add_option("--intermediate", config.intermediate_size, "SwiGLU width (Llama family)");
+  app.add_option("--rope-theta", config.rope.theta, "RoPE base (Llama family)");
+  bool untied = false;
+  app.add_flag("--untied", untied, "a separate LM head");
   app.add_option("--warmup", warmup);
   app.add_option("--steps", steps);
   CLI11_PARSE(app, argc, argv);
 
+  config.tie_weights = !untied;
+  if (config.llama_family()) {
+    config.norm = "rmsnorm";
+    config.bias = false;
+    config.qkv_bias = config.family == "qwen2";
+    config.qk_norm = config.family == "qwen3";
+  }
   const Device device = Device::parse(device_text);
+  // The peak of the whole run (parameters, optimizer state, activations), as torch.cuda.max_memory_allocated
+  // reports it for the twins.
+  bench::PoolMeter memory(device);
+  if (memory.available()) memory.start();
   const DType dtype = dtype_from_name(dtype_name_arg);
   GptModel model(config);
   model.initialize(1);
@@ -68,16 +87,18 @@ int main(int argc, char** argv) {
     if (i >= warmup) seconds += watch.seconds();
   }
   const double tokens_per_s = static_cast<double>(batch * config.block_size * steps) / seconds;
-  const nlohmann::json out{{"framework", "retort"},
-                           {"label", label},
-                           {"device", device.str()},
-                           {"dtype", dtype_name_arg},
-                           {"batch", batch},
-                           {"seq", config.block_size},
-                           {"params", model.parameter_count()},
-                           {"tokens_per_s", tokens_per_s},
-                           {"ms_per_step", 1000.0 * seconds / steps},
-                           {"final_loss", loss_value}};
+  const nlohmann::json out{
+      {"framework", "retort"},
+      {"label", label},
+      {"device", device.str()},
+      {"dtype", dtype_name_arg},
+      {"batch", batch},
+      {"seq", config.block_size},
+      {"params", model.parameter_count()},
+      {"tokens_per_s", tokens_per_s},
+      {"ms_per_step", 1000.0 * seconds / steps},
+      {"final_loss", loss_value},
+      {"peak_memory_gib", memory.available() ? nlohmann::json(memory.extra() / (1 << 30)) : nlohmann::json(nullptr)}};
   // stdout is the record: bench/run_train_throughput.sh collects the lines of both frameworks.
   std::cout << bench::stamped(out, bench::record_origin(bench::device_name(device))).dump() << std::endl;
   return 0;

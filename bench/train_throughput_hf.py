@@ -4,7 +4,7 @@
 A LlamaForCausalLM from a LlamaConfig of the same shape (random init), float32 master weights with bf16 autocast
 when --dtype bf16 (as retort: f32 parameters, bf16 compute), attention "eager" or "sdpa", the same next-token
 cross-entropy and AdamW step on random tokens. Prints one JSON line like bench_train_throughput, with the peak
-GPU memory of the timed steps.
+GPU memory of the whole run.
 """
 import argparse
 import json
@@ -30,6 +30,7 @@ def main():
     p.add_argument("--intermediate", type=int, default=8192)
     p.add_argument("--rope-theta", type=float, default=500000.0)
     p.add_argument("--untied", action="store_true")
+    p.add_argument("--family", default="llama", choices=["llama"])
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--attention", default="eager", choices=["eager", "sdpa"])
@@ -41,6 +42,8 @@ def main():
                          num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
                          max_position_embeddings=a.seq, rms_norm_eps=1e-5, tie_word_embeddings=not a.untied,
                          rope_parameters={"rope_type": "default", "rope_theta": a.rope_theta})
+    if dev.type == "cuda":  # the peak of the whole run, as bench_train_throughput's pool meter reports it
+        torch.cuda.reset_peak_memory_stats(dev)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, attn_implementation=a.attention).to(dev)
     forward = torch.compile(model) if a.compile else model
@@ -53,8 +56,6 @@ def main():
     seconds = 0.0
     value = float("nan")
     for i in range(a.warmup + a.steps):
-        if i == a.warmup and cuda:
-            torch.cuda.reset_peak_memory_stats(dev)
         sync()
         start = time.perf_counter()
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):

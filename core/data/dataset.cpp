@@ -267,7 +267,11 @@ std::string shard_file_name(const std::string& split, int64_t index) {
   return fmt::format("{}_{:03d}.bin", split, index);
 }
 
-PreparedDataset prepare_token_dataset(const DatasetOptions& options) {
+PreparedDataset prepare_token_dataset(const DatasetOptions& given_options) {
+  // vocab_size 0 with a tokenizer file: the file's vocabulary (a fine-tuned model brings its own tokenizer).
+  DatasetOptions options = given_options;
+  if (options.vocab_size == 0 && !options.tokenizer.empty())
+    options.vocab_size = open_tokenizer_file(options.tokenizer).vocab_size();
   if (!options.train_shards.empty()) return prepare_pretokenized_dataset(options);
   validate(options);
   const auto start = std::chrono::steady_clock::now();

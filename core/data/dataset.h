@@ -32,7 +32,7 @@ struct DatasetOptions {
   std::string train_shards{};
   std::string val_shards{};
   std::filesystem::path data_dir{};
-  int64_t vocab_size = 8192;
+  int64_t vocab_size = 8192;  // with a tokenizer file: its ids, or 0 for "whatever the file has"
   // Share of the tokens held out for validation, chosen as whole documents. 5% of the fortunes corpus
   // (about 40k tokens) is enough for a stable validation loss while leaving the rest for training. 0: no
   // validation split (val_shards is empty).

@@ -198,18 +198,19 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
       spdlog::info("distill run: using the trained teacher in {} ({} steps)", report.teacher_dir.string(), done);
     }
   }
-  const auto teacher_checkpoint = latest_checkpoint(report.teacher_dir);
+  // What the cache was made from: the teacher's latest checkpoint, or a Hugging Face folder as it is.
+  const fs::path teacher_checkpoint = latest_checkpoint(report.teacher_dir).value_or(report.teacher_dir);
 
   // 2. The top-k cache over the training split (resumed where it stopped; none in online mode).
   const bool online = distill_mode_from(config) == DistillMode::kOnline;
   if (!online) {
     if (main && fs::exists(cache / kCacheInfoFile)) {
       const std::string cached_from = read_cache_info(cache).value("checkpoint", std::string());
-      if (cached_from != teacher_checkpoint->string()) {
+      if (cached_from != teacher_checkpoint.string()) {
         RETORT_INPUT_CHECK(owns_cache(config),
                            "distill.cache_dir = '{}' holds the cache of the teacher checkpoint {}, not of {}: delete "
                            "it or choose another distill.cache_dir",
-                           cache.string(), cached_from, teacher_checkpoint->string());
+                           cache.string(), cached_from, teacher_checkpoint.string());
         spdlog::info("distill run: the cache in {} is of another teacher checkpoint; writing it anew", cache.string());
         fs::remove_all(cache);
       }
@@ -239,7 +240,8 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   // no rank waits on another's evaluation); rank 0 reports.
   spdlog::info("distill run: evaluating on the validation split");
   const TrainedModel teacher = load_trained_model(report.teacher_dir, dist.device);
-  const std::vector<fs::path> val_shards = run_validation_shards(report.teacher_dir);
+  // The students' data (the teacher's too, unless the teacher is a Hugging Face folder, which has no data of its own).
+  const std::vector<fs::path> val_shards = run_validation_shards(report.kd.run_dir);
   EvalOptions eval_options;
   eval_options.batch_size = config.get_int("train.batch_size");
   eval_options.seq_len = config.get_int("train.seq_len");

@@ -124,10 +124,20 @@ ConfigSchema training_schema(const std::string& default_run_dir) {
   s.add_float("loss.z_loss", 0.0, "weight of the z-loss (lse^2) that keeps logits from drifting").min(0);
 
   s.add_check([](const ResolvedConfig& c) -> std::string {
-    if (c.get_int("model.n_embd") % c.get_int("model.n_head") != 0)
-      return "model.n_embd must be a multiple of model.n_head";
-    if (c.get_int("train.seq_len") > c.get_int("model.block_size"))
-      return "train.seq_len must not exceed model.block_size";
+    if (const std::string from = c.get_string("model.from"); !from.empty()) {
+      // The model's sizes come from its config.json; the model.* sizes of the YAML do not apply.
+      const int64_t context = gpt_config_from_hf(from).block_size;
+      if (c.get_int("train.seq_len") > context)
+        return fmt::format(
+            "train.seq_len = {} is longer than the context of model.from '{}' (max_position_embeddings {}): set "
+            "train.seq_len={} or less",
+            c.get_int("train.seq_len"), from, context, context);
+    } else {
+      if (c.get_int("model.n_embd") % c.get_int("model.n_head") != 0)
+        return "model.n_embd must be a multiple of model.n_head";
+      if (c.get_int("train.seq_len") > c.get_int("model.block_size"))
+        return "train.seq_len must not exceed model.block_size";
+    }
     if (c.get_double("optim.min_lr") > c.get_double("optim.lr")) return "optim.min_lr must not exceed optim.lr";
     const std::string& corpus = c.get_string("data.corpus");
     if (!c.get_string("data.shards").empty() && !corpus.empty() && corpus != data::kDefaultCorpus)
@@ -151,9 +161,11 @@ data::DatasetOptions dataset_options_from(const ResolvedConfig& c) {
                                                            {"data.val_fraction", &data::DatasetOptions::val_fraction},
                                                            {"run.seed", &data::DatasetOptions::seed}};
   data::DatasetOptions options = binding.read(c);
-  // A fine-tuned Hugging Face model reads its own tokenizer.
-  if (const std::string from = c.get_string("model.from"); !from.empty() && options.tokenizer.empty())
-    options.tokenizer = std::filesystem::path(from) / "tokenizer.json";
+  // A fine-tuned Hugging Face model reads its own tokenizer, and the vocabulary is the tokenizer's.
+  if (const std::string from = c.get_string("model.from"); !from.empty()) {
+    if (options.tokenizer.empty()) options.tokenizer = std::filesystem::path(from) / "tokenizer.json";
+    options.vocab_size = 0;
+  }
   return options;
 }
 

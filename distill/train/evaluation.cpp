@@ -2,10 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
 #include "core/autograd/grad_mode.h"
+#include "core/config/config.h"
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
 #include "core/util/error.h"
@@ -16,6 +18,7 @@
 #include "losses/cross_entropy.h"
 #include "losses/distribution_loss.h"
 #include "parallel/launch/distributed_run.h"
+#include "parallel/models/hf_config.h"
 #include "parallel/tp/vocab_topk.h"
 
 namespace retort::distill {
@@ -120,6 +123,13 @@ std::vector<fs::path> run_validation_shards(const fs::path& run_dir) {
 RunEvaluation evaluate_run(const RunEvaluationRequest& request) {
   check_model_run_dir(request.run_dir, "--checkpoint");
   if (!request.teacher_dir.empty()) check_model_run_dir(request.teacher_dir, "--teacher");
+  // A Hugging Face folder has no run config and no validation split: it is scored on --data with the default
+  // batch, its sequences cut to its context.
+  const bool hf_folder = is_hf_checkpoint_folder(request.run_dir) && !fs::exists(request.run_dir / "config.yaml");
+  RETORT_INPUT_CHECK(!hf_folder || !request.data.empty(),
+                     "--checkpoint '{}' is a Hugging Face folder: it has no validation split to score; give --data "
+                     "with a text or JSON-lines file",
+                     request.run_dir.string());
   const DistributedRun dist = start_distributed_run(request.device, request.tp);
   const bool main = dist.is_main();
   if (!main) spdlog::set_level(spdlog::level::warn);
@@ -140,7 +150,7 @@ RunEvaluation evaluate_run(const RunEvaluationRequest& request) {
   evaluation.data = request.data.empty() ? "validation split" : request.data;
   // Rank 0 prepares (or tokenizes) the data; the others then find it cached.
   if (!main) dist.barrier();
-  const ResolvedConfig config = load_run_config(request.run_dir);
+  const ResolvedConfig config = hf_folder ? Config().resolve(training_schema()) : load_run_config(request.run_dir);
   evaluation.shards = request.data.empty()
                           ? run_validation_shards(request.run_dir)
                           : std::vector<fs::path>{eval_data_shard(request.data, config.get_string("data.text_field"),
@@ -150,7 +160,7 @@ RunEvaluation evaluate_run(const RunEvaluationRequest& request) {
 
   EvalOptions options;
   options.batch_size = config.get_int("train.batch_size");
-  options.seq_len = config.get_int("train.seq_len");
+  options.seq_len = std::min(config.get_int("train.seq_len"), model.model->config().block_size);
   options.max_batches = request.max_batches;
   EvalSplit split;
   split.part = grid.dp_rank;

@@ -48,7 +48,8 @@ std::string tokenizer_fingerprint_of(const fs::path& data_dir) {
 std::string recorded_tokenizer_fingerprint(const fs::path& run_dir, const ResolvedConfig& config) {
   const std::optional<RunTokenizerRecord> kept = read_run_tokenizer_record(run_dir);
   if (!kept) return tokenizer_fingerprint_of(config.get_string("data.dir"));
-  RETORT_INPUT_CHECK(kept->vocab_size == config.get_int("data.vocab_size"),
+  // A fine-tuned Hugging Face model's vocabulary is its tokenizer's, whatever data.vocab_size says.
+  RETORT_INPUT_CHECK(!config.get_string("model.from").empty() || kept->vocab_size == config.get_int("data.vocab_size"),
                      "the run '{}' records a tokenizer of {} ids ({}) but its config.yaml has data.vocab_size = {}: "
                      "the run folder was edited; restore its config.yaml",
                      run_dir.string(), kept->vocab_size, kRunTokenizerRecord, config.get_int("data.vocab_size"));
@@ -103,6 +104,10 @@ TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::sha
   trained.run_dir = run_dir;
   trained.checkpoint = *checkpoint;
   trained.vocab_size = config.get_int("data.vocab_size");
+  // A fine-tuned Hugging Face model's vocabulary is its tokenizer's (data.vocab_size does not apply).
+  if (!config.get_string("model.from").empty())
+    if (const std::optional<RunTokenizerRecord> kept = read_run_tokenizer_record(run_dir))
+      trained.vocab_size = kept->vocab_size;
   trained.tokenizer_fingerprint = recorded_tokenizer_fingerprint(run_dir, config);
   trained.dtype = dtype_from_name(config.get_string("model.dtype"));
   trained.model = std::make_unique<GptModel>(gpt_config_from(config, trained.vocab_size), tp_group);

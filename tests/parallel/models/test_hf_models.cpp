@@ -21,6 +21,12 @@
 #include "parallel/models/hf_config.h"
 #include "parallel/models/hf_export.h"
 #include "tests/parallel/comm/test_comm_support.h"
+#include "tests/test_support.h"
+
+#ifdef RETORT_WITH_CUDA
+#include "parallel/comm/gloo_communicator.h"
+#include "parallel/comm/nccl_communicator.h"
+#endif
 
 namespace retort {
 namespace {
@@ -61,12 +67,11 @@ std::vector<double> expected_slice(const Tensor& full, int dim, int64_t start, i
   return part.to_doubles();
 }
 
-class HfModelParity : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
-
-TEST_P(HfModelParity, LogitsLossAndLocalGradientsMatchTransformers) {
-  const auto [name, tp] = GetParam();
-  const fs::path folder = model_folder(name);
-  const SafetensorsFile ref = load_safetensors(folder / "reference.safetensors");
+// One rank of a model loaded from `folder` with `group` (null at tp 1) on `device`, its forward in `dtype`: its
+// logits within `logits_tol` of the reference (max |diff| / max |reference|), padded ids -inf; in f32 also the loss
+// and every compared LOCAL gradient within 1e-5.
+void expect_rank_parity(const fs::path& folder, const SafetensorsFile& ref, const std::shared_ptr<Communicator>& group,
+                        int tp, Device device, DType dtype, double logits_tol) {
   const Tensor ids = ref.get("input_ids");
   const Tensor ref_logits = ref.get("logits");
   const int64_t B = ids.size(0), T = ids.size(1), V = ref_logits.size(-1);
@@ -74,57 +79,90 @@ TEST_P(HfModelParity, LogitsLossAndLocalGradientsMatchTransformers) {
   const double ref_loss = ref.get("loss").to_doubles().at(0);
   size_t ref_grads = 0;
   for (const auto& [tensor_name, t] : ref.tensors) ref_grads += tensor_name.starts_with("grad.");
+  const int rank = group ? group->rank() : 0;
+  auto model = load_hf_model(folder, group);
+  model->to(device);
+  Tensor logits = model->forward(ids.to(device), dtype);
+  const int64_t local = logits.size(-1);
+  ASSERT_EQ(local * tp, (V + tp - 1) / tp * tp);
+  const int64_t start = rank * local;
 
-  on_ranks(tp, [&](std::shared_ptr<Communicator> group) {
-    const int rank = group->rank();
-    auto model = load_hf_model(folder, group);
-    Tensor logits = model->forward(ids);
-    const int64_t local = logits.size(-1);
-    ASSERT_EQ(local * tp, (V + tp - 1) / tp * tp);
-    const int64_t start = rank * local;
-
-    // Logits: this rank's columns against the reference's, padded ids -inf.
-    const std::vector<double> got = logits.to_doubles(), want = ref_logits.to_doubles();
-    double worst = 0;
-    int padded_seen = 0;
-    for (int64_t row = 0; row < B * T; ++row)
-      for (int64_t c = 0; c < local; ++c) {
-        const double g = got[static_cast<size_t>(row * local + c)];
-        if (start + c >= V) {
-          EXPECT_TRUE(std::isinf(g) && g < 0) << "padded id " << start + c << " has logit " << g;
-          ++padded_seen;
-          continue;
-        }
-        worst = std::max(worst, std::abs(g - want[static_cast<size_t>(row * V + start + c)]));
+  // Logits: this rank's columns against the reference's, padded ids -inf.
+  const std::vector<double> got = logits.to_doubles(), want = ref_logits.to_doubles();
+  double worst = 0;
+  int padded_seen = 0;
+  for (int64_t row = 0; row < B * T; ++row)
+    for (int64_t c = 0; c < local; ++c) {
+      const double g = got[static_cast<size_t>(row * local + c)];
+      if (start + c >= V) {
+        EXPECT_TRUE(std::isinf(g) && g < 0) << "padded id " << start + c << " has logit " << g;
+        ++padded_seen;
+        continue;
       }
-    EXPECT_LT(worst / logits_scale, 1e-5)
-        << "logits: max |diff| / max |reference| (max |reference| " << logits_scale << ")";
-    EXPECT_EQ(padded_seen, start + local > V ? B * T * (start + local - std::max(V, start)) : 0);
-
-    Tensor loss = losses::cross_entropy(logits, next_token_targets(ids));
-    EXPECT_NEAR(loss.item(), ref_loss, 1e-5 * std::abs(ref_loss)) << "mean next-token cross-entropy";
-    loss.backward();
-
-    size_t compared = 0;
-    for (auto& [param_name, p] : model->named_parameters()) {
-      if (!ref.contains("grad." + param_name)) continue;
-      ++compared;
-      const Tensor& full = ref.get("grad." + param_name);
-      const ShardingSpec& spec = p.sharding();
-      const bool split = tp > 1 && spec.partition_dim >= 0;
-      const int dim = split ? spec.partition_dim : 0;
-      const int64_t extent = split ? p.size(dim) : full.size(0);
-      const std::vector<double> expected = split ? expected_slice(full, dim, rank * extent, extent) : full.to_doubles();
-      const std::vector<double> local_grad = p.grad().to_doubles();
-      ASSERT_EQ(local_grad.size(), expected.size()) << param_name;
-      double err = 0;
-      for (size_t i = 0; i < expected.size(); ++i) err = std::max(err, std::abs(local_grad[i] - expected[i]));
-      EXPECT_LT(err / max_abs(full.to_doubles()), 1e-5)
-          << param_name << ": max |diff| / max |reference gradient| on rank " << rank;
+      worst = std::max(worst, std::abs(g - want[static_cast<size_t>(row * V + start + c)]));
     }
-    // The embedding, the final norm, the untied head and every parameter of layer 0.
-    EXPECT_EQ(compared, ref_grads);
+  EXPECT_LT(worst / logits_scale, logits_tol)
+      << "logits on " << device.str() << " in " << dtype_name(dtype)
+      << ": max |diff| / max |reference| (max |reference| " << logits_scale << ")";
+  EXPECT_EQ(padded_seen, start + local > V ? B * T * (start + local - std::max(V, start)) : 0);
+  if (dtype != DType::F32) return;
+
+  Tensor loss = losses::cross_entropy(logits, next_token_targets(ids).to(device));
+  EXPECT_NEAR(loss.item(), ref_loss, 1e-5 * std::abs(ref_loss)) << "mean next-token cross-entropy";
+  loss.backward();
+
+  size_t compared = 0;
+  for (auto& [param_name, p] : model->named_parameters()) {
+    if (!ref.contains("grad." + param_name)) continue;
+    ++compared;
+    const Tensor& full = ref.get("grad." + param_name);
+    const ShardingSpec& spec = p.sharding();
+    const bool split = tp > 1 && spec.partition_dim >= 0;
+    const int dim = split ? spec.partition_dim : 0;
+    const int64_t extent = split ? p.size(dim) : full.size(0);
+    const std::vector<double> expected = split ? expected_slice(full, dim, rank * extent, extent) : full.to_doubles();
+    const std::vector<double> local_grad = p.grad().to_doubles();
+    ASSERT_EQ(local_grad.size(), expected.size()) << param_name;
+    double err = 0;
+    for (size_t i = 0; i < expected.size(); ++i) err = std::max(err, std::abs(local_grad[i] - expected[i]));
+    EXPECT_LT(err / max_abs(full.to_doubles()), 1e-5)
+        << param_name << ": max |diff| / max |reference gradient| on rank " << rank << " on " << device.str();
+  }
+  // The embedding, the final norm, the untied head and every parameter of layer 0.
+  EXPECT_EQ(compared, ref_grads);
+}
+
+class HfModelParity : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(HfModelParity, LogitsLossAndLocalGradientsMatchTransformers) {
+  const auto [name, tp] = GetParam();
+  const fs::path folder = model_folder(name);
+  const SafetensorsFile ref = load_safetensors(folder / "reference.safetensors");
+  on_ranks(tp, [&](std::shared_ptr<Communicator> group) {
+    expect_rank_parity(folder, ref, group, tp, Device::cpu(), DType::F32, 1e-5);
   });
+}
+
+// On a GPU: tp 1 in f32 (logits, loss and gradients as on the CPU) and bf16 (logits within bf16 rounding of a
+// two-layer forward: 2e-2 of the largest logit); tp 2 over NCCL on two GPUs (thread ranks) in f32.
+TEST_P(HfModelParity, OnGpusLikeTransformers) {
+  const auto [name, tp] = GetParam();
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (tp > cuda_device_count()) GTEST_SKIP() << "tp " << tp << " needs " << tp << " GPUs";
+  const fs::path folder = model_folder(name);
+  const SafetensorsFile ref = load_safetensors(folder / "reference.safetensors");
+  if (tp == 1) {
+    expect_rank_parity(folder, ref, nullptr, 1, Device::cuda(0), DType::F32, 1e-5);
+    expect_rank_parity(folder, ref, nullptr, 1, Device::cuda(0), DType::BF16, 2e-2);
+    return;
+  }
+#ifdef RETORT_WITH_CUDA
+  on_ranks(tp, [&](std::shared_ptr<Communicator> gloo) {
+    const int rank = gloo->rank();
+    auto nccl = NcclCommunicator::create(std::dynamic_pointer_cast<GlooCommunicator>(gloo), rank);
+    expect_rank_parity(folder, ref, nccl, tp, Device::cuda(rank), DType::F32, 1e-5);
+  });
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HfModelParity,

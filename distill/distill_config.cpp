@@ -11,11 +11,10 @@ ConfigSchema distill_schema(const std::string& default_run_dir) {
                "runs in every step and the student matches its full distribution (the reference for what the cache "
                "loses)")
       .choices({"cache", "online"});
-  s.add_string(
-      "distill.teacher", "",
-      "the teacher's run directory (a `retort train` run: config.yaml and checkpoints) or a Hugging Face "
-      "checkpoint folder (config.json, safetensors, tokenizer.json); empty: run.dir/teacher, the teacher "
-      "`distill run` trains. A teacher named here is used as it is, never trained");
+  s.add_string("distill.teacher", "",
+               "the teacher's run directory (a `retort train` run: config.yaml and checkpoints) or a Hugging Face "
+               "checkpoint folder (config.json, safetensors, tokenizer.json); empty: run.dir/teacher, the teacher "
+               "`distill run` trains. A teacher named here is used as it is, never trained");
   s.add_string("distill.cache_dir", "", "folder of the top-k cache; empty: run.dir/teacher_topk");
   s.add_int("distill.k", 64, "teacher log-probabilities kept per token").range(1, 1 << 16);
   s.add_string("distill.cache_dtype", "bf16", "precision of the cached log-probabilities").choices({"bf16", "f32"});

@@ -303,19 +303,27 @@ Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cac
   return out;
 }
 
-Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const std::vector<int64_t>& starts,
-                               int n_head) {
-  RETORT_INPUT_CHECK(qkv.ndim() == 3 && static_cast<int64_t>(starts.size()) == qkv.size(0),
-                     "attention_with_kv_cache: {} start positions for qkv {}: give one per row", starts.size(),
-                     qkv.describe());
+namespace {
+
+// Host start positions, checked against the rows of `x` and the cache's capacity, as an i32 tensor on x's device.
+Tensor checked_starts(const std::vector<int64_t>& starts, const Tensor& x, const Tensor& k_cache, const char* what) {
+  RETORT_INPUT_CHECK(x.ndim() == 3 && static_cast<int64_t>(starts.size()) == x.size(0),
+                     "attention_with_kv_cache: {} start positions for {} {}: give one per row", starts.size(), what,
+                     x.describe());
   const int64_t capacity = k_cache.ndim() == 4 ? k_cache.size(2) : 0;
   for (size_t b = 0; b < starts.size(); ++b)
     RETORT_INPUT_CHECK(starts[b] >= 0 && starts[b] <= capacity,
                        "attention_with_kv_cache: row {} starts at {}, outside a cache of {} positions", b, starts[b],
                        capacity);
   std::vector<int32_t> positions(starts.begin(), starts.end());
-  return attention_with_kv_cache(qkv, k_cache, v_cache, Tensor::from_ints(positions, {qkv.size(0)}, qkv.device()),
-                                 n_head);
+  return Tensor::from_ints(positions, {x.size(0)}, x.device());
+}
+
+}  // namespace
+
+Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const std::vector<int64_t>& starts,
+                               int n_head) {
+  return attention_with_kv_cache(qkv, k_cache, v_cache, checked_starts(starts, qkv, k_cache, "qkv"), n_head);
 }
 
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head) {
@@ -343,17 +351,7 @@ Tensor attention_with_kv_cache(const Tensor& q, const Tensor& k, const Tensor& v
 
 Tensor attention_with_kv_cache(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
                                const std::vector<int64_t>& starts, int n_head, int n_kv_head) {
-  RETORT_INPUT_CHECK(q.ndim() == 3 && static_cast<int64_t>(starts.size()) == q.size(0),
-                     "attention_with_kv_cache: {} start positions for q {}: give one per row", starts.size(),
-                     q.describe());
-  const int64_t capacity = k_cache.ndim() == 4 ? k_cache.size(2) : 0;
-  for (size_t b = 0; b < starts.size(); ++b)
-    RETORT_INPUT_CHECK(starts[b] >= 0 && starts[b] <= capacity,
-                       "attention_with_kv_cache: row {} starts at {}, outside a cache of {} positions", b, starts[b],
-                       capacity);
-  std::vector<int32_t> positions(starts.begin(), starts.end());
-  return attention_with_kv_cache(q, k, v, k_cache, v_cache, Tensor::from_ints(positions, {q.size(0)}, q.device()),
-                                 n_head, n_kv_head);
+  return attention_with_kv_cache(q, k, v, k_cache, v_cache, checked_starts(starts, q, k_cache, "q"), n_head, n_kv_head);
 }
 
 Tensor embedding(const Tensor& table, const Tensor& ids) {

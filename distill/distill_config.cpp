@@ -30,6 +30,41 @@ ConfigSchema distill_schema(const std::string& default_run_dir) {
               "softmax temperature of teacher and student (KD scaled by T^2); the cache is written at it")
       .greater_than(0);
 
+  s.add_bool("distill.xtoken.enabled", false,
+             "cross-tokenizer distillation: the teacher reads the same text through its own tokenizer; teacher and "
+             "student tokens are aligned into chunks by their bytes and the student's distribution, projected on "
+             "the teacher's vocabulary, matches the teacher's per chunk (distill.mode picks the teacher signal: its "
+             "top-k cache over its own tokens, or the teacher online). Required when the tokenizers differ");
+  s.add_string("distill.xtoken.loss", "chunk_kl",
+               "cross-tokenizer loss: chunk_kl (KL between the chunk-averaged distributions over the teacher's "
+               "listed ids and a rest bucket) or gold (KL over the exactly mapped ids + L1 between the sorted "
+               "probabilities of the others)")
+      .choices({"chunk_kl", "gold"});
+  s.add_bool("distill.xtoken.dynamic_ce_scaling", false,
+             "cross-tokenizer loss: sg(|CE| / |KD|) x KD + CE instead of distill.kd_ratio's fixed mix");
+  s.add_string("distill.xtoken.dir", "",
+               "folder of the paired token streams (the teacher's tokens of the student's text, with byte positions) "
+               "and of the vocabulary projection, made once and reused; empty: run.dir/xtoken");
+  s.add_float("distill.xtoken.min_coverage", 0.5,
+              "a warning when less than this share of the student's positions falls in an aligned chunk (the "
+              "tokenizers hardly agree on the text)")
+      .range(0, 1);
+
+  s.add_string("teacher.data.tokenizer_type", "bpe",
+               "`distill run` with distill.xtoken.enabled: the algorithm of the teacher's own tokenizer, trained on "
+               "data.corpus (bpe or unigram)")
+      .choices({"bpe", "unigram"});
+  s.add_int("teacher.data.vocab_size", 8192,
+            "`distill run` with distill.xtoken.enabled: the teacher's vocabulary (its tokenizer's size)")
+      .range(2, int64_t{1} << 31);
+  s.add_string("teacher.data.tokenizer", "",
+               "`distill run` with distill.xtoken.enabled: a tokenizer file for the teacher (SentencePiece .model or "
+               "tokenizer.json) used as it is; empty: train one of teacher.data.tokenizer_type and "
+               "teacher.data.vocab_size on data.corpus");
+  s.add_string("teacher.data.dir", "",
+               "`distill run` with distill.xtoken.enabled: the data folder of the teacher's tokenizer; empty: "
+               "data.dir + '-teacher'");
+
   s.add_int("teacher.n_layer", 4, "`distill run`: the teacher's transformer blocks").range(1, 1024);
   s.add_int("teacher.n_head", 4, "`distill run`: the teacher's attention heads").range(1, 1024);
   s.add_int("teacher.n_embd", 256, "`distill run`: the teacher's residual width").range(1, 1 << 16);
@@ -78,6 +113,13 @@ std::filesystem::path cache_dir(const ResolvedConfig& c) {
   const std::string cache = c.get_string("distill.cache_dir");
   return cache.empty() ? std::filesystem::path(c.get_string("run.dir")) / "teacher_topk" : std::filesystem::path(cache);
 }
+
+std::filesystem::path xtoken_dir(const ResolvedConfig& c) {
+  const std::string dir = c.get_string("distill.xtoken.dir");
+  return dir.empty() ? std::filesystem::path(c.get_string("run.dir")) / "xtoken" : std::filesystem::path(dir);
+}
+
+bool cross_tokenizer(const ResolvedConfig& c) { return c.get_bool("distill.xtoken.enabled"); }
 
 bool has_external_teacher(const ResolvedConfig& c) {
   const std::filesystem::path own = std::filesystem::path(c.get_string("run.dir")) / "teacher";

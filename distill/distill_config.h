@@ -26,6 +26,10 @@ losses::TopkDistillationOptions topk_loss_options_from(const ResolvedConfig& con
 std::filesystem::path teacher_run_dir(const ResolvedConfig& config);
 // distill.cache_dir, or run.dir/teacher_topk when it is empty.
 std::filesystem::path cache_dir(const ResolvedConfig& config);
+// distill.xtoken.dir, or run.dir/xtoken when it is empty.
+std::filesystem::path xtoken_dir(const ResolvedConfig& config);
+// distill.xtoken.enabled: the teacher has a tokenizer of its own.
+bool cross_tokenizer(const ResolvedConfig& config);
 // Whether distill.teacher names a teacher of its own (not the one `distill run` trains in run.dir/teacher).
 bool has_external_teacher(const ResolvedConfig& config);
 

@@ -14,7 +14,8 @@ namespace retort::distill {
 
 namespace fs = std::filesystem;
 
-distill::TeacherTopKReport write_teacher_cache(const ResolvedConfig& config, Device requested_device) {
+distill::TeacherTopKReport write_teacher_cache(const ResolvedConfig& config, Device requested_device,
+                                               const TeacherTokenStream* teacher_tokens) {
   const DistributedRun dist = start_distributed_run(requested_device, static_cast<int>(config.get_int("parallel.tp")),
                                                     comm_timeout_from(config));
   RETORT_INPUT_CHECK(dist.grid.dp_size == 1,
@@ -22,12 +23,18 @@ distill::TeacherTopKReport write_teacher_cache(const ResolvedConfig& config, Dev
                      "ranks for parallel.tp = {})",
                      dist.env.world_size, dist.grid.tp_size);
   const bool main = dist.is_main();
-  if (!main) dist.barrier();
-  const data::PreparedDataset dataset = data::prepare_token_dataset(dataset_options_from(config));
-  if (main) dist.barrier();
+  TeacherTokenStream stream;
+  if (teacher_tokens) {
+    stream = *teacher_tokens;
+  } else {
+    if (!main) dist.barrier();
+    const data::PreparedDataset dataset = data::prepare_token_dataset(dataset_options_from(config));
+    if (main) dist.barrier();
+    stream = {{dataset.train_shards, dataset.vocab_size}, dataset.tokenizer_fingerprint};
+  }
 
   const TrainedModel teacher = load_trained_model(teacher_run_dir(config), dist.device, dist.grid.tp);
-  check_same_tokenizer(teacher, dataset.tokenizer_fingerprint, dataset.vocab_size, "teacher");
+  check_same_tokenizer(teacher, stream.tokenizer_id, stream.dataset.vocab_size, "teacher");
   const int64_t seq_len = config.get_int("train.seq_len");
   RETORT_INPUT_CHECK(seq_len <= teacher.model->config().block_size,
                      "train.seq_len = {} is longer than the teacher's context ({}): lower train.seq_len", seq_len,
@@ -58,12 +65,12 @@ distill::TeacherTopKReport write_teacher_cache(const ResolvedConfig& config, Dev
   options.seq_len = seq_len;
   options.output_dir = directory;
   options.temperature = temperature;
-  options.tokenizer_id = dataset.tokenizer_fingerprint;
-  options.vocab = dataset.vocab_size;
+  options.tokenizer_id = stream.tokenizer_id;
+  options.vocab = stream.dataset.vocab_size;
   options.device = dist.device;
   options.group = dist.grid.tp;
   const auto forward = [&teacher](const Tensor& tokens) { return inference_logits(teacher, tokens); };
-  return distill::generate_teacher_topk(forward, {dataset.train_shards, dataset.vocab_size}, options);
+  return distill::generate_teacher_topk(forward, stream.dataset, options);
 }
 
 }  // namespace retort::distill

@@ -10,6 +10,14 @@ namespace retort::distill {
 
 // Writes the cache of distill.teacher over the training split into distill.cache_dir, in windows of
 // train.seq_len, at distill.temperature (distill_schema() keys).
-TeacherTopKReport write_teacher_cache(const ResolvedConfig& config, Device device);
+// `teacher_tokens`: the token stream the cache covers when it is not the student's training split (cross-tokenizer
+// distillation: the teacher's own tokens of the student's text, distill/xtoken/paired_stream.h), with the teacher
+// tokenizer's fingerprint the cache records; null: the student's training split, whose tokenizer the teacher must use.
+struct TeacherTokenStream {
+  TeacherTopKDataset dataset;
+  std::string tokenizer_id;
+};
+TeacherTopKReport write_teacher_cache(const ResolvedConfig& config, Device device,
+                                      const TeacherTokenStream* teacher_tokens = nullptr);
 
 }  // namespace retort::distill

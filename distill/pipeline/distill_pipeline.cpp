@@ -15,6 +15,7 @@
 #include "distill/distill_config.h"
 #include "distill/distill_training.h"
 #include "distill/pipeline/teacher_reuse.h"
+#include "distill/pipeline/xtoken_stage.h"
 #include "distill/report/loss_plot.h"
 #include "distill/train/checkpoint.h"
 #include "distill/train/config_builders.h"
@@ -101,15 +102,19 @@ StudentOutcome train_student(const std::string& name, const ResolvedConfig& conf
 }
 
 // The teacher's run config: the student's data and optimizer settings with the teacher's shape and budget.
-ResolvedConfig teacher_config_of(const ResolvedConfig& config, const fs::path& teacher_dir) {
-  return derived(config,
-                 {"run.dir=" + teacher_dir.string(), fmt::format("model.n_layer={}", config.get_int("teacher.n_layer")),
-                  fmt::format("model.n_head={}", config.get_int("teacher.n_head")),
-                  fmt::format("model.n_embd={}", config.get_int("teacher.n_embd")),
-                  fmt::format("train.steps={}", config.get_int("teacher.steps")),
-                  fmt::format("train.checkpoint_every={}", config.get_int("teacher.checkpoint_every")),
-                  fmt::format("optim.lr={}", config.get_double("teacher.lr")),
-                  fmt::format("optim.min_lr={}", config.get_double("teacher.min_lr"))});
+// With cross-tokenizer distillation, `data_overrides` make it train on its own tokens of the students' text.
+ResolvedConfig teacher_config_of(const ResolvedConfig& config, const fs::path& teacher_dir,
+                                 const std::vector<std::string>& data_overrides = {}) {
+  std::vector<std::string> overrides{
+      "run.dir=" + teacher_dir.string(), fmt::format("model.n_layer={}", config.get_int("teacher.n_layer")),
+      fmt::format("model.n_head={}", config.get_int("teacher.n_head")),
+      fmt::format("model.n_embd={}", config.get_int("teacher.n_embd")),
+      fmt::format("train.steps={}", config.get_int("teacher.steps")),
+      fmt::format("train.checkpoint_every={}", config.get_int("teacher.checkpoint_every")),
+      fmt::format("optim.lr={}", config.get_double("teacher.lr")),
+      fmt::format("optim.min_lr={}", config.get_double("teacher.min_lr"))};
+  overrides.insert(overrides.end(), data_overrides.begin(), data_overrides.end());
+  return derived(config, overrides);
 }
 
 bool owns_cache(const ResolvedConfig& config) {
@@ -126,7 +131,7 @@ void check_before_work(const ResolvedConfig& config, RunStart start, const Distr
                        "--resume: '{}' holds no distill run yet, so there is nothing to continue: run without "
                        "--resume to start it",
                        run_dir.string());
-  if (distill_mode_from(config) == DistillMode::kCache)
+  if (distill_mode_from(config) == DistillMode::kCache || cross_tokenizer(config))
     RETORT_INPUT_CHECK(dist.grid.dp_size == 1,
                        "distill run writes its top-k cache on one tensor-parallel group, so in cache mode it runs "
                        "exactly parallel.tp ranks (got {} ranks for parallel.tp = {}): set parallel.tp={} or "
@@ -139,9 +144,14 @@ void check_before_work(const ResolvedConfig& config, RunStart start, const Distr
                        "with config.json and model.safetensors): train it first, or leave distill.teacher empty so "
                        "that distill run trains one in run.dir/teacher",
                        teacher_dir.string());
-  } else if (start == RunStart::kResume) {
+  } else if (start == RunStart::kResume && !cross_tokenizer(config)) {
+    // (cross-tokenizer: checked once the teacher's data is known, in the teacher stage)
     check_teacher_matches(teacher_dir, teacher_config_of(config, teacher_dir));
   }
+}
+
+bool owns_xtoken_dir(const ResolvedConfig& config) {
+  return xtoken_dir(config).lexically_normal() == (fs::path(config.get_string("run.dir")) / "xtoken").lexically_normal();
 }
 
 }  // namespace
@@ -150,6 +160,7 @@ std::vector<std::string> pipeline_run_outputs(const ResolvedConfig& config) {
   std::vector<std::string> names{"config.yaml", "results.json", "loss_curves.svg", "student_kd", "student_labels"};
   if (!has_external_teacher(config)) names.push_back("teacher");
   if (owns_cache(config)) names.push_back("teacher_topk");
+  if (cross_tokenizer(config) && owns_xtoken_dir(config)) names.push_back("xtoken");
   return names;
 }
 
@@ -165,8 +176,11 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   report.teacher_dir = teacher_run_dir(config);
   // Every path of the stages follows from run.dir unless the config names it.
   const fs::path cache = cache_dir(config);
-  const std::vector<std::string> stage_paths{"distill.teacher=" + report.teacher_dir.string(),
-                                             "distill.cache_dir=" + cache.string()};
+  const bool xtoken = cross_tokenizer(config);
+  report.cross_tokenizer = xtoken;
+  std::vector<std::string> stage_paths{"distill.teacher=" + report.teacher_dir.string(),
+                                       "distill.cache_dir=" + cache.string()};
+  if (xtoken) stage_paths.push_back("distill.xtoken.dir=" + xtoken_dir(config).string());
   std::vector<std::string> cache_overrides = stage_paths;
   cache_overrides.push_back("run.dir=" + report.run_dir.string());
   const ResolvedConfig pipeline_config = derived(config, cache_overrides);
@@ -178,11 +192,20 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
     write_text_atomic(report.run_dir / "config.yaml", config.to_yaml(true));
   }
 
+  // 0. Cross-tokenizer: the students' data, the teacher's tokenizer and the teacher's tokens of the same text.
+  std::optional<XtokenData> xdata;
+  std::vector<std::string> teacher_data;
+  if (xtoken) {
+    xdata = prepare_xtoken_data(config, has_external_teacher(config) ? report.teacher_dir : fs::path(), dist);
+    teacher_data = xtoken_teacher_data_overrides(*xdata);
+  }
+
   // 1. The teacher, unless the config names one.
   if (has_external_teacher(config)) {
     spdlog::info("distill run: using the teacher in {}", report.teacher_dir.string());
   } else {
-    const ResolvedConfig teacher_config = teacher_config_of(config, report.teacher_dir);
+    const ResolvedConfig teacher_config = teacher_config_of(config, report.teacher_dir, teacher_data);
+    if (xtoken && start == RunStart::kResume) check_teacher_matches(report.teacher_dir, teacher_config);
     const int64_t teacher_steps = config.get_int("teacher.steps");
     const int64_t done = finished_steps(report.teacher_dir);
     if (done < teacher_steps) {
@@ -217,7 +240,11 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
     }
     dist.barrier();
     const auto cache_start = std::chrono::steady_clock::now();
-    const distill::TeacherTopKReport written = write_teacher_cache(pipeline_config, device);
+    TeacherTokenStream teacher_tokens;
+    if (xtoken)
+      teacher_tokens = {{xdata->stream.teacher_train_shards(), xdata->teacher_vocab}, xdata->teacher_fingerprint};
+    const distill::TeacherTopKReport written =
+        write_teacher_cache(pipeline_config, device, xtoken ? &teacher_tokens : nullptr);
     report.cache_seconds = seconds_since(cache_start);
     report.cache_tokens = written.cache_tokens;
     distill::TopKCacheSpec spec;
@@ -232,8 +259,9 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
     overrides.push_back("run.dir=" + (report.run_dir / folder).string());
     return derived(config, overrides);
   };
-  report.kd =
-      train_student(online ? "KD (online teacher)" : "KD (top-k cache)", student_config("student_kd"), device, true);
+  const std::string kd_name = std::string(xtoken ? "cross-tokenizer KD" : "KD") +
+                              (online ? " (online teacher)" : " (top-k cache)");
+  report.kd = train_student(kd_name, student_config("student_kd"), device, true);
   report.labels = train_student("labels only", student_config("student_labels"), device, false);
 
   // 4. Held-out evaluation of all three against the teacher. Each rank scores whole models alike (no collective, so
@@ -247,10 +275,24 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   eval_options.seq_len = config.get_int("train.seq_len");
   // Bits per byte beside nats per token: the figure that stays comparable when tokenizers differ.
   const std::vector<int32_t> token_bytes = utf8_bytes_per_token(load_run_tokenizer(teacher));
-  report.teacher = evaluate_model(teacher, val_shards, eval_options, nullptr, &token_bytes);
-  for (StudentOutcome* student : {&report.kd, &report.labels}) {
-    const TrainedModel model = load_trained_model(student->run_dir, dist.device);
-    student->eval = evaluate_model(model, val_shards, eval_options, &teacher, &token_bytes);
+  if (xtoken) {
+    // Each model reads the held-out text in its own tokens: the teacher the paired stream's, the students theirs.
+    // Windows of one sequence, so that all three leave out less than one window of text at the end.
+    RETORT_INPUT_CHECK(!xdata->stream.val.teacher_shard.empty(),
+                       "distill run compares the models on held-out text: set data.val_fraction above 0");
+    eval_options.batch_size = 1;
+    const std::vector<int32_t> student_bytes = utf8_bytes_per_token(load_run_tokenizer(report.kd.run_dir));
+    report.teacher = evaluate_model(teacher, xdata->stream.teacher_val_shards(), eval_options, nullptr, &token_bytes);
+    for (StudentOutcome* student : {&report.kd, &report.labels}) {
+      const TrainedModel model = load_trained_model(student->run_dir, dist.device);
+      student->eval = evaluate_model(model, val_shards, eval_options, nullptr, &student_bytes);
+    }
+  } else {
+    report.teacher = evaluate_model(teacher, val_shards, eval_options, nullptr, &token_bytes);
+    for (StudentOutcome* student : {&report.kd, &report.labels}) {
+      const TrainedModel model = load_trained_model(student->run_dir, dist.device);
+      student->eval = evaluate_model(model, val_shards, eval_options, &teacher, &token_bytes);
+    }
   }
   report.total_seconds = seconds_since(run_start);
   if (!main) return report;
@@ -272,7 +314,15 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
     j["train_seconds"] = s->train_seconds;
     results[s == &report.kd ? "student_kd" : "student_labels"] = j;
   }
-  results["kd_wins"] = report.kd.eval.loss < report.labels.eval.loss;
+  results["cross_tokenizer"] = xtoken;
+  if (xtoken) {
+    results["teacher_tokenizer"] = xdata->teacher_fingerprint;
+    results["paired_stream"] = xtoken_dir(config).string();
+    // Per-token losses of two tokenizers are not comparable: the students are compared in bits per byte.
+    results["kd_wins"] = report.kd.eval.bits_per_byte.value_or(0) < report.labels.eval.bits_per_byte.value_or(0);
+  } else {
+    results["kd_wins"] = report.kd.eval.loss < report.labels.eval.loss;
+  }
   write_text_atomic(report.run_dir / "results.json", results.dump(2));
   PlotOptions plot;
   plot.title = "students: cross-entropy on the labels (train, smoothed) and on held-out text";
@@ -286,23 +336,35 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
 }
 
 std::string format_report_table(const DistillRunReport& r) {
-  auto row = [](const std::string& name, const EvalReport& e) {
-    return fmt::format("  {:<22} {:>10.4f} {:>11.2f} {:>12} {:>10}\n", name, e.loss, e.perplexity,
-                       e.kl_to_teacher ? fmt::format("{:.4f}", *e.kl_to_teacher) : "-",
-                       e.top1_agreement ? fmt::format("{:.1f}%", 100 * *e.top1_agreement) : "-");
+  // KL and agreement compare two distributions over one vocabulary: n/a across tokenizers (and "-" for the teacher).
+  const std::string undefined = r.cross_tokenizer ? "n/a" : "-";
+  auto row = [&undefined](const std::string& name, const EvalReport& e) {
+    return fmt::format("  {:<22} {:>10.4f} {:>11.2f} {:>10} {:>12} {:>10}\n", name, e.loss, e.perplexity,
+                       e.bits_per_byte ? fmt::format("{:.4f}", *e.bits_per_byte) : "-",
+                       e.kl_to_teacher ? fmt::format("{:.4f}", *e.kl_to_teacher) : undefined,
+                       e.top1_agreement ? fmt::format("{:.1f}%", 100 * *e.top1_agreement) : undefined);
   };
-  std::string out = fmt::format("  held-out text: {} tokens\n  {:<22} {:>10} {:>11} {:>12} {:>10}\n", r.teacher.tokens,
-                                "model", "loss", "perplexity", "KL(teacher)", "top-1 agr.");
+  std::string out =
+      r.cross_tokenizer
+          ? fmt::format("  held-out text: {} bytes ({} teacher tokens, {} student tokens); loss and perplexity per "
+                        "token of each model's own tokenizer\n",
+                        r.kd.eval.bytes, r.teacher.tokens, r.kd.eval.tokens)
+          : fmt::format("  held-out text: {} tokens\n", r.teacher.tokens);
+  out += fmt::format("  {:<22} {:>10} {:>11} {:>10} {:>12} {:>10}\n", "model", "loss", "perplexity", "bits/byte",
+                     "KL(teacher)", "top-1 agr.");
   out += row("teacher", r.teacher);
   out += row("student, KD", r.kd.eval);
   out += row("student, labels only", r.labels.eval);
-  const double gain = r.labels.eval.loss - r.kd.eval.loss;
+  const double gain = r.cross_tokenizer
+                          ? r.labels.eval.bits_per_byte.value_or(0) - r.kd.eval.bits_per_byte.value_or(0)
+                          : r.labels.eval.loss - r.kd.eval.loss;
   out += fmt::format(
-      "\n  the KD student is {:.4f} nats/token {} than the label-only one\n"
+      "\n  the KD student is {:.4f} {} {} than the label-only one\n"
       "  time: teacher {}, cache {}, KD student {}, label-only student {}, total {} (a stage finished by an earlier "
       "run counts 0)\n"
       "  results.json and loss_curves.svg in {}\n",
-      std::abs(gain), gain > 0 ? "better" : "worse", format_duration(r.teacher_seconds),
+      std::abs(gain), r.cross_tokenizer ? "bits/byte" : "nats/token", gain > 0 ? "better" : "worse",
+      format_duration(r.teacher_seconds),
       r.cache_tokens > 0 ? fmt::format("{} ({} tokens, {:.0f} bytes/token)", format_duration(r.cache_seconds),
                                        r.cache_tokens, r.cache_bytes_per_token)
                          : std::string("none (online teacher)"),

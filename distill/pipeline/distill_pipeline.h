@@ -4,7 +4,8 @@
 // its top-k cache (run.dir/teacher_topk; none in online mode), trains the student with KD in run.dir/student_kd
 // and, with the same steps, batch and optimizer, the same student on the labels only in run.dir/student_labels;
 // evaluates teacher and both students on the held-out split; writes results.json and loss_curves.svg into run.dir
-// and returns the figures.
+// and returns the figures. With distill.xtoken.enabled the teacher has a tokenizer of its own (pipeline/xtoken_stage.h)
+// and the models are compared in bits per byte of the same held-out text.
 // The run folder follows run_folder.h: a new run refuses a folder that holds one; kResume continues each stage
 // where it stopped (the teacher and the students from their latest checkpoints, or not at all when finished, the
 // cache from its last shard) and reuses a teacher only when check_teacher_matches agrees; kOverwrite deletes the
@@ -44,6 +45,8 @@ struct DistillRunReport {
   StudentOutcome kd, labels;
   double total_seconds = 0;
   bool main_rank = true;  // world rank 0: the one that reports
+  // distill.xtoken.enabled: the teacher reads the text through its own tokenizer; the table compares bits per byte.
+  bool cross_tokenizer = false;
 };
 
 // The names the pipeline writes into run.dir (the teacher and cache folders when they are its own).

@@ -30,6 +30,9 @@ struct RunContext {
   Device device;
   DType dtype;                                     // the model's compute dtype
   std::shared_ptr<Communicator> tp_group;          // null without tensor parallelism
+  // The data-parallel group (null without data parallelism): an objective that normalises by a count over the
+  // whole global batch all-reduces it here, on every rank, before any rank may skip work.
+  std::shared_ptr<Communicator> dp_group;
   const ResolvedConfig* config = nullptr;          // the run's config
   const data::PreparedDataset* dataset = nullptr;  // the prepared data (tokenizer, shards)
 };

@@ -115,7 +115,7 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   const int64_t batch_size = config.get_int("train.batch_size"), seq_len = config.get_int("train.seq_len");
   const int64_t grad_accum = config.get_int("train.grad_accum"), total_steps = config.get_int("train.steps");
   const int ignore_index = static_cast<int>(config.get_int("loss.ignore_index"));
-  objective.prepare(RunContext{device, dtype, grid.tp, &config, &dataset});
+  objective.prepare(RunContext{device, dtype, grid.tp, grid.dp_size > 1 ? grid.dp : nullptr, &config, &dataset});
   // Each dp rank reads its own share of every epoch; the tp ranks of one dp rank read the same batches.
   data::TokenLoader train_loader(dataset.train_shards, dataset.vocab_size,
                                  {batch_size, seq_len, data::LoaderMode::kTrain, seed, grid.dp_rank, grid.dp_size, 0});

@@ -25,13 +25,31 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-losses::VocabProjection projection_on(const losses::VocabProjection& p, Device device) {
-  losses::VocabProjection out = p;
-  out.row_offsets = p.row_offsets.to(device);
-  out.teacher_ids = p.teacher_ids.to(device);
-  out.weights = p.weights.to(device);
-  return out;
+}  // namespace
+
+losses::CommonIds exactly_mapped_ids(const losses::VocabProjection& projection) {
+  const std::vector<int32_t> offsets = projection.row_offsets.to_ints(), ids = projection.teacher_ids.to_ints();
+  const std::vector<float> weights = projection.weights.to_floats();
+  // Strict: a student id whose one projection entry has weight exactly 1, to a teacher id no other student id maps to
+  // that way (a collision drops every claimant: no id twice, and no pair that is not one-to-one).
+  std::vector<int32_t> claimant(static_cast<size_t>(projection.teacher_vocab), -1);
+  for (int64_t u = 0; u < projection.student_vocab; ++u) {
+    const int32_t begin = offsets[static_cast<size_t>(u)], end = offsets[static_cast<size_t>(u + 1)];
+    if (end - begin != 1 || weights[static_cast<size_t>(begin)] != 1.0f) continue;
+    int32_t& c = claimant[static_cast<size_t>(ids[static_cast<size_t>(begin)])];
+    c = c == -1 ? static_cast<int32_t>(u) : -2;
+  }
+  std::vector<int32_t> student, teacher;
+  for (size_t v = 0; v < claimant.size(); ++v)
+    if (claimant[v] >= 0) {
+      student.push_back(claimant[v]);
+      teacher.push_back(static_cast<int32_t>(v));
+    }
+  const auto n = static_cast<int64_t>(student.size());
+  return {Tensor::from_ints(student, {n}), Tensor::from_ints(teacher, {n})};
 }
+
+namespace {
 
 }  // namespace
 
@@ -98,10 +116,9 @@ void CrossTokenizerObjective::prepare(const RunContext& run) {
   RETORT_INPUT_CHECK(teacher_model_vocab >= teacher_tokenizer->vocab_size(),
                      "the teacher's model has {} ids but its tokenizer {}: give the teacher's run folder",
                      teacher_model_vocab, teacher_tokenizer->vocab_size());
-  projection_ = projection_on(xtoken::load_or_build_projection(student_tokenizer, *teacher_tokenizer,
-                                                               dataset.vocab_size, teacher_model_vocab,
-                                                               dir / "projection.bin"),
-                              run.device);
+  // The projection, chunk ids and cache rows stay on the host: the loss builds its chunk index there.
+  projection_ = xtoken::load_or_build_projection(student_tokenizer, *teacher_tokenizer, dataset.vocab_size,
+                                                 teacher_model_vocab, dir / "projection.bin");
 
   const std::string loss = config.get_string("distill.xtoken.loss");
   options_.kind = loss == "gold" ? losses::ChunkLossKind::kGold : losses::ChunkLossKind::kChunkKL;
@@ -110,6 +127,11 @@ void CrossTokenizerObjective::prepare(const RunContext& run) {
   options_.dynamic_ce_scaling = config.get_bool("distill.xtoken.dynamic_ce_scaling");
   options_.ignore_index = static_cast<int>(config.get_int("loss.ignore_index"));
   options_.group = run.tp_group;
+  if (options_.kind == losses::ChunkLossKind::kGold) {
+    common_ = exactly_mapped_ids(projection_);
+    spdlog::info("distill: gold loss over {} exactly mapped ids of the student's {}", common_.student_ids.numel(),
+                 dataset.vocab_size);
+  }
   description_ = {{"name", "xtoken"},
                   {"loss", loss},
                   {"teacher_signal", online ? "online" : "topk_cache"},
@@ -152,8 +174,8 @@ losses::ChunkTeacherTargets CrossTokenizerObjective::teacher_targets(xtoken::Xto
       }
   }
   xtoken::drop_teacher_positions(xb, covered);
-  targets.ids = ids.to(device_);
-  targets.logprobs = logprobs.to(device_);
+  targets.ids = ids;
+  targets.logprobs = logprobs;
   return targets;
 }
 
@@ -185,11 +207,11 @@ ObjectiveLoss CrossTokenizerObjective::micro_batch_loss(const Tensor& logits, co
   const Tensor student = ops::reshape(logits, {B * T, V});
   const Tensor labels = Tensor::from_ints(batch.targets, {B * T}, device_);
   losses::ChunkAssignment chunks;
-  chunks.student_chunk = Tensor::from_ints(xb.student_chunk, {B * T}, device_);
-  chunks.teacher_chunk = Tensor::from_ints(xb.teacher_chunk, {B * xb.teacher_seq}, device_);
+  chunks.student_chunk = Tensor::from_ints(xb.student_chunk, {B * T});
+  chunks.teacher_chunk = Tensor::from_ints(xb.teacher_chunk, {B * xb.teacher_seq});
   chunks.chunk_count = xb.chunk_count;
   const losses::ChunkDistillationResult result =
-      losses::chunk_distillation_loss(student, labels, targets, chunks, projection_, options);
+      losses::chunk_distillation_loss(student, labels, targets, chunks, projection_, options, common_);
 
   const double coverage = static_cast<double>(xb.student_positions_in_chunks) / static_cast<double>(B * T);
   if (!coverage_checked_) {

@@ -23,6 +23,10 @@
 
 namespace retort::distill {
 
+// The gold loss's common ids: the exactly mapped (student, teacher) pairs of a projection, strict (a student id with
+// one entry of weight 1, to a teacher id no other student id maps to so).
+losses::CommonIds exactly_mapped_ids(const losses::VocabProjection& projection);
+
 class CrossTokenizerObjective final : public TrainingObjective {
  public:
   std::string progress_label() const override { return "distill"; }
@@ -44,6 +48,7 @@ class CrossTokenizerObjective final : public TrainingObjective {
   xtoken::PairedStream stream_;
   xtoken::TokenTexts student_texts_, teacher_texts_;
   losses::VocabProjection projection_;
+  losses::CommonIds common_;  // kGold: the exactly mapped id pairs
   losses::ChunkDistillationOptions options_;
   std::shared_ptr<Communicator> tp_group_, dp_group_;
   int k_ = 64;

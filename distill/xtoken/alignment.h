@@ -58,6 +58,13 @@ struct StringAlignmentOptions {
 // byte pieces are their byte); specials are empty strings and are paired by role as above.
 Alignment align_by_strings(std::span<const std::string> student, std::span<const std::string> teacher,
                            const StringAlignmentOptions& options = {});
+// The same with each token's role: specials pair only with a special of the same role (the overload above takes an
+// empty string for a special of role kOther and any other string for text). Tokens whose strings are equal are
+// matched; runs of unmatched tokens whose concatenations are equal (an N:M chunk such as "ab" "c" against "a" "bc")
+// become chunks cut at every byte position both sides share, as align_by_offsets would cut them.
+Alignment align_by_strings(std::span<const std::string> student, std::span<const SpecialRole> student_roles,
+                           std::span<const std::string> teacher, std::span<const SpecialRole> teacher_roles,
+                           const StringAlignmentOptions& options = {});
 
 // The chunk of each position's PREDICTION: logits at position p predict token p + 1, so they belong to the chunk of
 // token p + 1. positions = tokens - 1 on each side; -1 where that token is in no correct chunk. Chunk ids are

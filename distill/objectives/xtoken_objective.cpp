@@ -235,7 +235,6 @@ ObjectiveLoss CrossTokenizerObjective::micro_batch_loss(const Tensor& logits, co
                         {"ce", ce},
                         {"chunk_coverage", coverage},
                         {"chunks", static_cast<double>(xb.chunk_count) / static_cast<double>(B)},
-                        {"teacher_tokens", static_cast<double>(xb.teacher_seq)},
                         {"xtoken_batch_ms", build_ms},
                         {"teacher_ms", teacher_ms}}};
 }

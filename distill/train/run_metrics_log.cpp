@@ -43,7 +43,12 @@ const std::vector<std::string>& metrics_csv_columns() {
                                                 "eval_loss",
                                                 "eval_ppl",
                                                 "eval_kl_to_teacher",
-                                                "eval_top1_agreement"};
+                                                "eval_top1_agreement",
+                                                // cross-tokenizer students (objectives/xtoken_objective.h)
+                                                "chunk_coverage",
+                                                "chunks",
+                                                "xtoken_batch_ms",
+                                                "teacher_ms"};
   return columns;
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/data/loader.h"
 #include "core/util/error.h"
+#include "distill/distill_training.h"
 #include "distill/objectives/xtoken_objective.h"
 #include "distill/pipeline/distill_pipeline.h"
 #include "distill/train/config_builders.h"

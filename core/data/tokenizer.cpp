@@ -114,6 +114,9 @@ std::unordered_map<std::string, std::string> trainer_arguments(int64_t vocab_siz
   };
 }
 
+// SentencePiece's stand-in for a space inside pieces, U+2581.
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";
+
 // A SentencePiece model (retort's own, or one given as data.tokenizer).
 class SentencePieceBackend final : public TokenizerBackend {
  public:
@@ -149,6 +152,28 @@ class SentencePieceBackend final : public TokenizerBackend {
     return text;
   }
   std::string piece(int32_t id) const override { return processor_->IdToPiece(id); }
+  std::string token_bytes(int32_t id) const override {
+    if (is_special(id)) return {};
+    const std::string& piece = processor_->IdToPiece(id);
+    if (processor_->IsByte(id)) {
+      // "<0xNN>": the byte is the two hex digits.
+      return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+    }
+    std::string bytes;
+    bytes.reserve(piece.size());
+    for (size_t at = 0; at < piece.size();) {
+      if (piece.compare(at, kSpaceMarker.size(), kSpaceMarker) == 0) {
+        bytes += ' ';
+        at += kSpaceMarker.size();
+      } else {
+        bytes += piece[at++];
+      }
+    }
+    return bytes;
+  }
+  bool is_special(int32_t id) const override {
+    return processor_->IsControl(id) || processor_->IsUnknown(id) || processor_->IsUnused(id);
+  }
   int64_t vocab_size() const override { return processor_->GetPieceSize(); }
   const char* kind() const override { return "sentencepiece"; }
   int32_t eos_id() const { return processor_->eos_id(); }
@@ -174,6 +199,8 @@ class ByteLevelBpeBackend final : public TokenizerBackend {
     return bpe_.decode(ids, skip_special_tokens);
   }
   std::string piece(int32_t id) const override { return bpe_.token(id); }
+  std::string token_bytes(int32_t id) const override { return bpe_.token_bytes(id); }
+  bool is_special(int32_t id) const override { return bpe_.is_special(id) || !bpe_.is_used(id); }
   int64_t vocab_size() const override { return bpe_.vocab_size(); }
   const char* kind() const override { return "tokenizer.json"; }
   const ByteLevelBpe& bpe() const { return bpe_; }
@@ -350,6 +377,18 @@ std::string Tokenizer::piece(int32_t id) const {
   RETORT_INPUT_CHECK(id >= 0 && id < vocab_size_, "token id {} is outside tokenizer '{}' (ids 0..{})", id,
                      model_path_.string(), vocab_size_ - 1);
   return backend_->piece(id);
+}
+
+std::string Tokenizer::token_bytes(int32_t id) const {
+  RETORT_INPUT_CHECK(id >= 0 && id < vocab_size_, "token id {} is outside tokenizer '{}' (ids 0..{})", id,
+                     model_path_.string(), vocab_size_ - 1);
+  return backend_->token_bytes(id);
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  RETORT_INPUT_CHECK(id >= 0 && id < vocab_size_, "token id {} is outside tokenizer '{}' (ids 0..{})", id,
+                     model_path_.string(), vocab_size_ - 1);
+  return backend_->is_special(id);
 }
 
 const char* Tokenizer::kind() const {

@@ -72,6 +72,19 @@ class Tokenizer {
   // The piece text of one id (byte pieces read "<0x0A>"; tokenizer.json tokens as the file writes them, "Ġthe"),
   // for logs and debugging.
   std::string piece(int32_t id) const;
+  // The exact UTF-8 bytes the id stands for inside a text, so that concatenating token_bytes over encode(text) gives
+  // the text back byte for byte (what a cross-tokenizer map compares, and what bits per byte counts):
+  //  - SentencePiece: the piece with U+2581 read as a space; a byte-fallback piece (<0xNN>) its single byte; the
+  //    control pieces (</s>, <s>, <pad>) and <unk> nothing. Unlike decode({id}), no leading space is dropped for a
+  //    model with a dummy prefix, and a lone byte is not replaced by U+FFFD.
+  //  - tokenizer.json: the token's bytes after the ByteLevel decoder (possibly part of one UTF-8 character, never
+  //    replaced by U+FFFD); special added tokens nothing (a non-special added token is its text); an id no token
+  //    has (a hole in the file's ids) nothing.
+  // An id outside [0, vocab_size) is an InputError naming it.
+  std::string token_bytes(int32_t id) const;
+  // True when the id stands for no text of a document: SentencePiece's control pieces and <unk>, a tokenizer.json's
+  // special added tokens and the ids no token has. Such ids have empty token_bytes; the converse need not hold.
+  bool is_special(int32_t id) const;
   // "sentencepiece" or "tokenizer.json".
   const char* kind() const;
 

@@ -146,6 +146,48 @@ TEST_F(DataTokenizerTrained, EndOfDocumentDecodesToNothing) {
   for (const int32_t id : tok.encode("the dog.\n</s>\n")) EXPECT_NE(id, tok.eos_id()) << "the text '</s>' is not eos";
 }
 
+// token_bytes of a SentencePiece model: a text piece is its text with U+2581 as a space (what decode gives for it
+// alone, the model having no dummy prefix), a byte piece its byte, control pieces nothing; laid end to end over
+// encode(text) they are the text, byte for byte, also where text falls back to bytes.
+TEST_F(DataTokenizerTrained, TokenBytesSpellTheTextByteForByte) {
+  const Tokenizer& tok = *tokenizer_;
+  int byte_pieces = 0, spaced_pieces = 0;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    const std::string bytes = tok.token_bytes(id);
+    const std::string piece = tok.piece(id);
+    if (id == 0 || id == tok.eos_id()) {
+      EXPECT_TRUE(tok.is_special(id)) << piece;
+      EXPECT_TRUE(bytes.empty()) << piece;
+      continue;
+    }
+    EXPECT_FALSE(tok.is_special(id)) << piece;
+    if (id >= 2 && id < 2 + 256) {  // <0x00>..<0xFF> follow the two specials
+      ++byte_pieces;
+      EXPECT_EQ(bytes, std::string(1, static_cast<char>(id - 2))) << piece;
+      continue;
+    }
+    const int32_t one[] = {id};
+    EXPECT_EQ(bytes, tok.decode(one)) << piece;
+    if (piece.find("\xE2\x96\x81") != std::string::npos) {
+      ++spaced_pieces;
+      EXPECT_NE(bytes.find(' '), std::string::npos) << piece;
+    }
+  }
+  EXPECT_EQ(byte_pieces, 256);
+  EXPECT_GT(spaced_pieces, 10) << "pieces starting a word carry the space marker";
+  std::vector<std::string> texts = {read_bytes(fs::path(RETORT_SOURCE_DIR) / "tests/data/hf/tokenizers/stress.txt")};
+  for (const char* name : {"fortunes", "computers", "art"})
+    texts.push_back(read_bytes(fs::path("/usr/share/games/fortunes") / name));
+  texts.push_back(std::string("control bytes \x01\x02\x7f and a NUL \0 inside", 37));
+  for (const std::string& text : texts) {
+    ASSERT_FALSE(text.empty());
+    std::string spelled;
+    for (const int32_t id : tok.encode(text)) spelled += tok.token_bytes(id);
+    EXPECT_TRUE(spelled == text) << "the tokens' bytes must be the text (" << text.size() << " bytes)";
+  }
+  EXPECT_THROW(tok.token_bytes(400), InputError);
+}
+
 TEST_F(DataTokenizerTrained, LoadGivesTheSameTokenizer) {
   const Tokenizer loaded = Tokenizer::load(model_path());
   EXPECT_EQ(loaded.fingerprint(), tokenizer_->fingerprint());

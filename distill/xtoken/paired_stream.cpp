@@ -162,20 +162,12 @@ TokenTexts token_texts(const data::Tokenizer& tokenizer) {
   t.name = fmt::format("{} '{}'", tokenizer.kind(), tokenizer.model_path().string());
   for (size_t id = 0; id < vocab; ++id) {
     const auto i = static_cast<int32_t>(id);
-    if (i == t.eos_id) {
+    if (i == t.eos_id)
       t.roles[id] = SpecialRole::kEos;
-      continue;
-    }
-    const std::string piece = tokenizer.piece(i);
-    const int32_t one[] = {i};
-    const std::string text = tokenizer.decode(one);
-    if (piece.size() == 6 && piece.starts_with("<0x") && piece.back() == '>' && text != piece) {
-      t.bytes[id] = std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
-    } else if (text.empty() || piece == "<unk>") {
+    else if (tokenizer.is_special(i))
       t.roles[id] = SpecialRole::kOther;
-    } else {
-      t.bytes[id] = text;
-    }
+    else
+      t.bytes[id] = tokenizer.token_bytes(i);
   }
   return t;
 }

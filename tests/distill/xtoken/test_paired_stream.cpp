@@ -170,6 +170,16 @@ TEST(PairedStream, IsReusedWhileItsInputsStayAndMadeAgainWhenTheyChangeOrAFileIs
   expect_paired(one_document.train, {f.shards.train_docs[0]}, other);
 }
 
+TEST(PairedStream, AByteLevelTokenizerJsonTeacherPairsWithASentencePieceStudent) {
+  const Fixture f;
+  // Byte-level BPE: a character outside ASCII is one to four tokens, each of some of its bytes.
+  const data::Tokenizer teacher =
+      data::Tokenizer::load(fs::path(RETORT_SOURCE_DIR) / "tests/data/hf/tokenizers/tiny_gpt2_style/tokenizer.json");
+  const PairedStream stream = load_or_build_paired_stream(f.request(teacher));
+  expect_paired(stream.train, f.shards.train_docs, teacher);
+  expect_paired(stream.val, f.shards.val_docs, teacher);
+}
+
 TEST(PairedStream, ATeacherTokenizerThatChangesTheTextIsRefusedNamingTheDocument) {
   const fs::path dir = distill::testing::fresh_dir("xtoken_lossy_pair");
   // A byte-level BPE tokenizer.json that composes characters (NFC): "e" + U+0301 comes back as U+00E9.

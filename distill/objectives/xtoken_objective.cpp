@@ -12,10 +12,8 @@
 #include "distill/cache/cache_targets.h"
 #include "distill/distill_config.h"
 #include "distill/train/plain_cross_entropy.h"
-#if __has_include("distill/xtoken/vocab_projection.h")
-#include "distill/xtoken/vocab_projection.h"
-#define XTOKEN_PROJECTION_BUILT 1
-#endif
+#include "distill/xtoken/common_ids.h"
+#include "distill/xtoken/vocab_projection_file.h"
 #include "parallel/tp/vocab_topk.h"
 
 namespace retort::distill {
@@ -28,31 +26,17 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-}  // namespace
 
-losses::CommonIds exactly_mapped_ids(const losses::VocabProjection& projection) {
-  const std::vector<int32_t> offsets = projection.row_offsets.to_ints(), ids = projection.teacher_ids.to_ints();
-  const std::vector<float> weights = projection.weights.to_floats();
-  // Strict: a student id whose one projection entry has weight exactly 1, to a teacher id no other student id maps to
-  // that way (a collision drops every claimant: no id twice, and no pair that is not one-to-one).
-  std::vector<int32_t> claimant(static_cast<size_t>(projection.teacher_vocab), -1);
-  for (int64_t u = 0; u < projection.student_vocab; ++u) {
-    const int32_t begin = offsets[static_cast<size_t>(u)], end = offsets[static_cast<size_t>(u + 1)];
-    if (end - begin != 1 || weights[static_cast<size_t>(begin)] != 1.0f) continue;
-    int32_t& c = claimant[static_cast<size_t>(ids[static_cast<size_t>(begin)])];
-    c = c == -1 ? static_cast<int32_t>(u) : -2;
-  }
-  std::vector<int32_t> student, teacher;
-  for (size_t v = 0; v < claimant.size(); ++v)
-    if (claimant[v] >= 0) {
-      student.push_back(claimant[v]);
-      teacher.push_back(static_cast<int32_t>(v));
+
+// Every rank of the run has passed this point once the first has (an all-reduce over each group: a rank of another
+// tp index waits on the dp ranks of its own, which wait on theirs, so all of them wait on the first).
+void barrier(const std::shared_ptr<Communicator>& dp, const std::shared_ptr<Communicator>& tp, Device device) {
+  for (const auto& group : {dp, tp})
+    if (group && group->size() > 1) {
+      Tensor token = Tensor::scalar(1.0, device.is_cpu() ? DType::F64 : DType::F32, device);
+      group->all_reduce(token, ReduceOp::Sum);
     }
-  const auto n = static_cast<int64_t>(student.size());
-  return {Tensor::from_ints(student, {n}), Tensor::from_ints(teacher, {n})};
 }
-
-namespace {
 
 }  // namespace
 
@@ -90,8 +74,13 @@ void CrossTokenizerObjective::prepare(const RunContext& run) {
                  student_tokenizer.fingerprint());
 
   const std::filesystem::path dir = xtoken_dir(config);
-  stream_ = xtoken::load_or_build_paired_stream(
-      {dir, dataset.train_shards, dataset.val_shards, dataset.vocab_size, &student_tokenizer, &*teacher_tokenizer});
+  // The first rank makes the paired stream and the projection when they are missing; the others then read them.
+  const bool first = (!tp_group_ || tp_group_->rank() == 0) && (!dp_group_ || dp_group_->rank() == 0);
+  const xtoken::PairedStreamRequest request{
+      dir, dataset.train_shards, dataset.val_shards, dataset.vocab_size, &student_tokenizer, &*teacher_tokenizer};
+  if (first) stream_ = xtoken::load_or_build_paired_stream(request);
+  barrier(dp_group_, tp_group_, run.device);
+  if (!first) stream_ = xtoken::load_or_build_paired_stream(request);
   student_texts_ = xtoken::token_texts(student_tokenizer);
   teacher_texts_ = xtoken::token_texts(*teacher_tokenizer);
 
@@ -120,12 +109,19 @@ void CrossTokenizerObjective::prepare(const RunContext& run) {
                      "the teacher's model has {} ids but its tokenizer {}: give the teacher's run folder",
                      teacher_model_vocab, teacher_tokenizer->vocab_size());
   // The projection, chunk ids and cache rows stay on the host: the loss builds its chunk index there.
-#ifdef XTOKEN_PROJECTION_BUILT
-  projection_ = xtoken::load_or_build_projection(student_tokenizer, *teacher_tokenizer, dataset.vocab_size,
-                                                 teacher_model_vocab, dir / "projection.bin");
-#else
-  throw InputError("TEMPORARY: the vocabulary projection is not built yet");
-#endif
+  // A damaged projection file in this folder of ours is made again.
+  const auto projection = [&] {
+    return xtoken::load_or_build_projection(student_tokenizer, *teacher_tokenizer, dataset.vocab_size,
+                                            teacher_model_vocab, dir / xtoken::kVocabProjectionFile, {},
+                                            xtoken::InvalidProjectionFile::kRebuild);
+  };
+  std::optional<xtoken::StudentTeacherProjection> built;
+  if (first) built.emplace(projection());
+  barrier(dp_group_, tp_group_, run.device);
+  if (!first) built.emplace(projection());
+  projection_ = built->matrix;
+  spdlog::info("distill: vocabulary projection {}: {}", (dir / xtoken::kVocabProjectionFile).string(),
+               xtoken::describe(built->report));
 
   const std::string loss = config.get_string("distill.xtoken.loss");
   options_.kind = loss == "gold" ? losses::ChunkLossKind::kGold : losses::ChunkLossKind::kChunkKL;
@@ -135,7 +131,16 @@ void CrossTokenizerObjective::prepare(const RunContext& run) {
   options_.ignore_index = static_cast<int>(config.get_int("loss.ignore_index"));
   options_.group = run.tp_group;
   if (options_.kind == losses::ChunkLossKind::kGold) {
-    common_ = exactly_mapped_ids(projection_);
+    // The strict pairs (one entry of weight 1, one student id per teacher id): xtoken/common_ids.h.
+    const Tensor pairs = xtoken::common_ids(*built).strict;
+    const std::vector<int32_t> flat = pairs.to_ints();
+    std::vector<int32_t> student, teacher;
+    for (size_t i = 0; i + 1 < flat.size(); i += 2) {
+      student.push_back(flat[i]);
+      teacher.push_back(flat[i + 1]);
+    }
+    const auto n = static_cast<int64_t>(student.size());
+    common_ = {Tensor::from_ints(student, {n}), Tensor::from_ints(teacher, {n})};
     spdlog::info("distill: gold loss over {} exactly mapped ids of the student's {}", common_.student_ids.numel(),
                  dataset.vocab_size);
   }

@@ -23,10 +23,6 @@
 
 namespace retort::distill {
 
-// The gold loss's common ids: the exactly mapped (student, teacher) pairs of a projection, strict (a student id with
-// one entry of weight 1, to a teacher id no other student id maps to so).
-losses::CommonIds exactly_mapped_ids(const losses::VocabProjection& projection);
-
 class CrossTokenizerObjective final : public TrainingObjective {
  public:
   std::string progress_label() const override { return "distill"; }

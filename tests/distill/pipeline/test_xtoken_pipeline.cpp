@@ -20,10 +20,7 @@
 #include "distill/pipeline/distill_pipeline.h"
 #include "distill/train/config_builders.h"
 #include "distill/train/trained_model.h"
-#if __has_include("distill/xtoken/vocab_projection.h")
-#include "distill/xtoken/vocab_projection.h"
-#define XTOKEN_PROJECTION_BUILT 1
-#endif
+#include "distill/xtoken/vocab_projection_file.h"
 #include "tests/distill/distill_run_support.h"
 #include "tests/losses/chunk_reference.h"
 #include "tests/test_support.h"
@@ -62,7 +59,6 @@ nlohmann::json results_of(const fs::path& run) {
   return nlohmann::json::parse(::retort::testing::read_bytes(run / "results.json"));
 }
 
-#ifdef XTOKEN_PROJECTION_BUILT
 TEST(XtokenPipeline, ComparesTheModelsInBitsPerByteOfTheSameTextWithoutPerTokenKl) {
   const fs::path& run = straight_xtoken_pipeline();
   const nlohmann::json r = results_of(run);
@@ -205,8 +201,9 @@ TEST(XtokenObjective, TheLossOfAMicroBatchIsTheFloat64ChunkKlOfItsTeacherRows) {
   p.teacher_chunk = xb.teacher_chunk;
   p.chunk_count = xb.chunk_count;
   p.labels = batch.targets;
-  const losses::VocabProjection projection = xtoken::load_or_build_projection(
-      student_tok, teacher_tok, V, Vt, straight / "xtoken" / "projection.bin");
+  const xtoken::StudentTeacherProjection saved = xtoken::load_projection(
+      straight / "xtoken" / xtoken::kVocabProjectionFile, xtoken::projection_identity(student_tok, teacher_tok, V, Vt));
+  const losses::VocabProjection& projection = saved.matrix;
   p.row_offsets = projection.row_offsets.to_ints();
   p.proj_ids = projection.teacher_ids.to_ints();
   for (float w : projection.weights.to_floats()) p.proj_weights.push_back(w);
@@ -225,6 +222,5 @@ TEST(XtokenObjective, TheLossOfAMicroBatchIsTheFloat64ChunkKlOfItsTeacherRows) {
               1e-12);
 }
 
-#endif
 }  // namespace
 }  // namespace retort::distill

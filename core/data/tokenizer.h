@@ -1,7 +1,7 @@
 #pragma once
-// The framework's tokenizer: a SentencePiece BPE model that retort trains itself from a corpus, or a Hugging Face
-// tokenizer.json (byte-level BPE: GPT-2, Llama-3, Qwen2/Qwen3; see byte_level_bpe.h) made elsewhere. Both kinds
-// sit behind the same class, so data shards, generate, eval and the run's tokenizer copy take either.
+// The framework's tokenizer: a SentencePiece model (BPE or unigram) that retort trains itself from a corpus, or a
+// Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama-3, Qwen2/Qwen3; see byte_level_bpe.h) made elsewhere. Both
+// kinds sit behind the same class, so data shards, generate, eval and the run's tokenizer copy take either.
 //
 // Choices made for training (all recorded in the model file):
 //  - identity normalization, no extra-whitespace removal, no dummy prefix: decode(encode(text)) == text
@@ -31,6 +31,17 @@ struct TokenizedText {
   std::vector<CharOffsets> offsets;
 };
 
+// The SentencePiece algorithm a trained tokenizer uses. BPE merges the most frequent pairs; unigram starts from many
+// candidate pieces and prunes those whose removal costs the corpus' likelihood least, then encodes each text as its
+// most likely segmentation. The same text cut two ways is what cross-tokenizer distillation is tested on.
+enum class TokenizerModelType { kBpe, kUnigram };
+
+// "bpe" or "unigram".
+const char* tokenizer_model_type_name(TokenizerModelType type);
+// The type a name of tokenizer_model_type_name stands for; anything else is an InputError naming `key` (the config
+// key that gave it) and the allowed values.
+TokenizerModelType parse_tokenizer_model_type(std::string_view name, std::string_view key);
+
 struct TokenizerTrainOptions {
   // Exact size of the trained vocabulary; a corpus too small to support it is an InputError that says the
   // largest size it supports. Must leave room for the 256 byte pieces and the corpus's characters.
@@ -41,6 +52,8 @@ struct TokenizerTrainOptions {
   // the budget is used whole and the seed has no effect.
   uint64_t seed = 0;
   int64_t max_training_bytes = int64_t{256} << 20;
+  // Both types share every choice above (identity normalization, byte fallback, <unk> 0, </s> 1).
+  TokenizerModelType model_type = TokenizerModelType::kBpe;
 };
 
 class Tokenizer {

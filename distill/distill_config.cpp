@@ -119,7 +119,9 @@ std::filesystem::path xtoken_dir(const ResolvedConfig& c) {
   return dir.empty() ? std::filesystem::path(c.get_string("run.dir")) / "xtoken" : std::filesystem::path(dir);
 }
 
-bool cross_tokenizer(const ResolvedConfig& c) { return c.get_bool("distill.xtoken.enabled"); }
+bool cross_tokenizer(const ResolvedConfig& c) {
+  return c.get_bool("distill.xtoken.enabled");
+}
 
 bool has_external_teacher(const ResolvedConfig& c) {
   const std::filesystem::path own = std::filesystem::path(c.get_string("run.dir")) / "teacher";

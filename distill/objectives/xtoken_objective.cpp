@@ -26,8 +26,6 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-
-
 // Every rank of the run has passed this point once the first has (an all-reduce over each group: a rank of another
 // tp index waits on the dp ranks of its own, which wait on theirs, so all of them wait on the first).
 void barrier(const std::shared_ptr<Communicator>& dp, const std::shared_ptr<Communicator>& tp, Device device) {
@@ -69,9 +67,10 @@ void CrossTokenizerObjective::prepare(const RunContext& run) {
     teacher_context_ = std::numeric_limits<int32_t>::max();
   }
   if (teacher_tokenizer->fingerprint() == student_tokenizer.fingerprint())
-    spdlog::warn("distill: distill.xtoken.enabled with a teacher of the student's own tokenizer ({}): the chunks are "
-                 "single tokens; distill.xtoken.enabled=false gives the exact per-token objectives",
-                 student_tokenizer.fingerprint());
+    spdlog::warn(
+        "distill: distill.xtoken.enabled with a teacher of the student's own tokenizer ({}): the chunks are "
+        "single tokens; distill.xtoken.enabled=false gives the exact per-token objectives",
+        student_tokenizer.fingerprint());
 
   const std::filesystem::path dir = xtoken_dir(config);
   // The first rank makes the paired stream and the projection when they are missing; the others then read them.
@@ -229,9 +228,10 @@ ObjectiveLoss CrossTokenizerObjective::micro_batch_loss(const Tensor& logits, co
   if (!coverage_checked_) {
     coverage_checked_ = true;
     if (coverage < min_coverage_)
-      spdlog::warn("distill: only {:.1f}% of the student's positions fall in an aligned chunk ({} chunks over {} rows "
-                   "of {} positions; distill.xtoken.min_coverage = {}): the two tokenizers hardly agree on the text",
-                   100 * coverage, xb.chunk_count, B, T, min_coverage_);
+      spdlog::warn(
+          "distill: only {:.1f}% of the student's positions fall in an aligned chunk ({} chunks over {} rows "
+          "of {} positions; distill.xtoken.min_coverage = {}): the two tokenizers hardly agree on the text",
+          100 * coverage, xb.chunk_count, B, T, min_coverage_);
   }
   const bool ce_in_loss = options_.kd_ratio < 1 || options_.dynamic_ce_scaling;
   const double ce = ce_in_loss ? result.ce : plain_cross_entropy(student, labels, options_.ignore_index);

@@ -106,7 +106,8 @@ StudentOutcome train_student(const std::string& name, const ResolvedConfig& conf
 ResolvedConfig teacher_config_of(const ResolvedConfig& config, const fs::path& teacher_dir,
                                  const std::vector<std::string>& data_overrides = {}) {
   std::vector<std::string> overrides{
-      "run.dir=" + teacher_dir.string(), fmt::format("model.n_layer={}", config.get_int("teacher.n_layer")),
+      "run.dir=" + teacher_dir.string(),
+      fmt::format("model.n_layer={}", config.get_int("teacher.n_layer")),
       fmt::format("model.n_head={}", config.get_int("teacher.n_head")),
       fmt::format("model.n_embd={}", config.get_int("teacher.n_embd")),
       fmt::format("train.steps={}", config.get_int("teacher.steps")),
@@ -151,7 +152,8 @@ void check_before_work(const ResolvedConfig& config, RunStart start, const Distr
 }
 
 bool owns_xtoken_dir(const ResolvedConfig& config) {
-  return xtoken_dir(config).lexically_normal() == (fs::path(config.get_string("run.dir")) / "xtoken").lexically_normal();
+  return xtoken_dir(config).lexically_normal() ==
+         (fs::path(config.get_string("run.dir")) / "xtoken").lexically_normal();
 }
 
 }  // namespace
@@ -197,7 +199,7 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   std::vector<std::string> teacher_data;
   if (xtoken) {
     xdata = prepare_xtoken_data(config, has_external_teacher(config) ? report.teacher_dir : fs::path(), dist);
-    teacher_data = xtoken_teacher_data_overrides(*xdata);
+    teacher_data = xtoken_teacher_data_overrides(*xdata, config);
   }
 
   // 1. The teacher, unless the config names one.
@@ -259,8 +261,8 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
     overrides.push_back("run.dir=" + (report.run_dir / folder).string());
     return derived(config, overrides);
   };
-  const std::string kd_name = std::string(xtoken ? "cross-tokenizer KD" : "KD") +
-                              (online ? " (online teacher)" : " (top-k cache)");
+  const std::string kd_name =
+      std::string(xtoken ? "cross-tokenizer KD" : "KD") + (online ? " (online teacher)" : " (top-k cache)");
   report.kd = train_student(kd_name, student_config("student_kd"), device, true);
   report.labels = train_student("labels only", student_config("student_labels"), device, false);
 
@@ -346,18 +348,18 @@ std::string format_report_table(const DistillRunReport& r) {
   };
   std::string out =
       r.cross_tokenizer
-          ? fmt::format("  held-out text: {} bytes ({} teacher tokens, {} student tokens); loss and perplexity per "
-                        "token of each model's own tokenizer\n",
-                        r.kd.eval.bytes, r.teacher.tokens, r.kd.eval.tokens)
+          ? fmt::format(
+                "  held-out text: {} bytes ({} teacher tokens, {} student tokens); loss and perplexity per "
+                "token of each model's own tokenizer\n",
+                r.kd.eval.bytes, r.teacher.tokens, r.kd.eval.tokens)
           : fmt::format("  held-out text: {} tokens\n", r.teacher.tokens);
   out += fmt::format("  {:<22} {:>10} {:>11} {:>10} {:>12} {:>10}\n", "model", "loss", "perplexity", "bits/byte",
                      "KL(teacher)", "top-1 agr.");
   out += row("teacher", r.teacher);
   out += row("student, KD", r.kd.eval);
   out += row("student, labels only", r.labels.eval);
-  const double gain = r.cross_tokenizer
-                          ? r.labels.eval.bits_per_byte.value_or(0) - r.kd.eval.bits_per_byte.value_or(0)
-                          : r.labels.eval.loss - r.kd.eval.loss;
+  const double gain = r.cross_tokenizer ? r.labels.eval.bits_per_byte.value_or(0) - r.kd.eval.bits_per_byte.value_or(0)
+                                        : r.labels.eval.loss - r.kd.eval.loss;
   out += fmt::format(
       "\n  the KD student is {:.4f} {} {} than the label-only one\n"
       "  time: teacher {}, cache {}, KD student {}, label-only student {}, total {} (a stage finished by an earlier "

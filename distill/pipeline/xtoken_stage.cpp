@@ -19,13 +19,7 @@ data::DatasetOptions teacher_dataset_options(const ResolvedConfig& config) {
   std::vector<std::string> overrides{"data.dir=" + teacher_data_dir(config).string(),
                                      fmt::format("data.vocab_size={}", config.get_int("teacher.data.vocab_size")),
                                      "data.tokenizer=" + config.get_string("teacher.data.tokenizer")};
-  if (config.schema().find("data.tokenizer_type"))
-    overrides.push_back("data.tokenizer_type=" + config.get_string("teacher.data.tokenizer_type"));
-  else
-    RETORT_INPUT_CHECK(config.get_string("teacher.data.tokenizer_type") == "bpe",
-                       "teacher.data.tokenizer_type = {}: this build trains BPE tokenizers only; set "
-                       "teacher.data.tokenizer_type=bpe",
-                       config.get_string("teacher.data.tokenizer_type"));
+  overrides.push_back("data.tokenizer_type=" + config.get_string("teacher.data.tokenizer_type"));
   Config copy = Config::from_string(config.to_yaml(), "<teacher data>");
   copy.apply_overrides(overrides);
   return dataset_options_from(copy.resolve(distill_schema()));
@@ -64,15 +58,16 @@ XtokenData prepare_xtoken_data(const ResolvedConfig& config, const fs::path& ext
   if (teacher->fingerprint() == student.fingerprint())
     spdlog::warn("distill run: distill.xtoken.enabled, but the teacher's tokenizer is the student's ({})",
                  student.fingerprint());
-  out.stream = xtoken::load_or_build_paired_stream({xtoken_dir(config), out.student.train_shards,
-                                                    out.student.val_shards, out.student.vocab_size, &student,
-                                                    &*teacher});
+  out.stream =
+      xtoken::load_or_build_paired_stream({xtoken_dir(config), out.student.train_shards, out.student.val_shards,
+                                           out.student.vocab_size, &student, &*teacher});
   if (main) dist.barrier();
   return out;
 }
 
-std::vector<std::string> xtoken_teacher_data_overrides(const XtokenData& data) {
+std::vector<std::string> xtoken_teacher_data_overrides(const XtokenData& data, const ResolvedConfig& config) {
   std::vector<std::string> overrides{"data.corpus=''", "data.shards=" + data.stream.train.teacher_shard.string(),
+                                     "data.tokenizer_type=" + config.get_string("teacher.data.tokenizer_type"),
                                      "data.tokenizer=" + data.teacher_tokenizer.string(),
                                      fmt::format("data.vocab_size={}", data.teacher_vocab)};
   if (!data.stream.val.teacher_shard.empty())

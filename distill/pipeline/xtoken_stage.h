@@ -35,7 +35,7 @@ XtokenData prepare_xtoken_data(const ResolvedConfig& config, const std::filesyst
                                const DistributedRun& dist);
 
 // The overrides that make the teacher's run train on its tokens of the student's text (data.shards of the paired
-// stream, data.tokenizer its tokenizer, data.vocab_size its size).
-std::vector<std::string> xtoken_teacher_data_overrides(const XtokenData& data);
+// stream, data.tokenizer its tokenizer, data.vocab_size its size, data.tokenizer_type its type).
+std::vector<std::string> xtoken_teacher_data_overrides(const XtokenData& data, const ResolvedConfig& config);
 
 }  // namespace retort::distill

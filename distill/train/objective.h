@@ -28,8 +28,8 @@ struct ObjectiveLoss {
 // What an objective sees of the run it is part of, once the data and the process grid exist.
 struct RunContext {
   Device device;
-  DType dtype;                                     // the model's compute dtype
-  std::shared_ptr<Communicator> tp_group;          // null without tensor parallelism
+  DType dtype;                             // the model's compute dtype
+  std::shared_ptr<Communicator> tp_group;  // null without tensor parallelism
   // The data-parallel group (null without data parallelism): an objective that normalises by a count over the
   // whole global batch all-reduces it here, on every rank, before any rank may skip work.
   std::shared_ptr<Communicator> dp_group;

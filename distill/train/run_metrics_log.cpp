@@ -30,25 +30,11 @@ double unix_seconds_ms() {
 }  // namespace
 
 const std::vector<std::string>& metrics_csv_columns() {
-  static const std::vector<std::string> columns{"step",
-                                                "time",
-                                                "elapsed",
-                                                "loss",
-                                                "ce",
-                                                "kd",
-                                                "lr",
-                                                "grad_norm",
-                                                "tokens_per_s",
-                                                "tokens",
-                                                "eval_loss",
-                                                "eval_ppl",
-                                                "eval_kl_to_teacher",
+  static const std::vector<std::string> columns{"step", "time", "elapsed", "loss", "ce", "kd", "lr", "grad_norm",
+                                                "tokens_per_s", "tokens", "eval_loss", "eval_ppl", "eval_kl_to_teacher",
                                                 "eval_top1_agreement",
                                                 // cross-tokenizer students (objectives/xtoken_objective.h)
-                                                "chunk_coverage",
-                                                "chunks",
-                                                "xtoken_batch_ms",
-                                                "teacher_ms"};
+                                                "chunk_coverage", "chunks", "xtoken_batch_ms", "teacher_ms"};
   return columns;
 }
 

@@ -181,13 +181,12 @@ Tensor inference_logits(const TrainedModel& model, const Tensor& tokens) {
 
 void check_same_tokenizer(const TrainedModel& model, const std::string& tokenizer_fingerprint, int64_t vocab_size,
                           const std::string& role) {
-  RETORT_INPUT_CHECK(model.vocab_size == vocab_size && model.tokenizer_fingerprint == tokenizer_fingerprint,
-                     "the {} '{}' uses tokenizer {} (vocabulary {}) but this data uses tokenizer {} (vocabulary {}): "
-                     "give a model trained on the same data.dir and data.vocab_size{}",
-                     role, model.run_dir.string(), model.tokenizer_fingerprint, model.vocab_size, tokenizer_fingerprint,
-                     vocab_size,
-                     role == "teacher" ? ", or set distill.xtoken.enabled=true to distil across the two tokenizers"
-                                       : "");
+  RETORT_INPUT_CHECK(
+      model.vocab_size == vocab_size && model.tokenizer_fingerprint == tokenizer_fingerprint,
+      "the {} '{}' uses tokenizer {} (vocabulary {}) but this data uses tokenizer {} (vocabulary {}): "
+      "give a model trained on the same data.dir and data.vocab_size{}",
+      role, model.run_dir.string(), model.tokenizer_fingerprint, model.vocab_size, tokenizer_fingerprint, vocab_size,
+      role == "teacher" ? ", or set distill.xtoken.enabled=true to distil across the two tokenizers" : "");
 }
 
 }  // namespace retort::distill

@@ -72,7 +72,9 @@ std::vector<int32_t> read_stream(const std::vector<fs::path>& shards, int64_t vo
   return tokens;
 }
 
-nlohmann::json identity_json(const DatasetIdentity& id) { return {{"tokens", id.tokens}, {"hash", id.hash}}; }
+nlohmann::json identity_json(const DatasetIdentity& id) {
+  return {{"tokens", id.tokens}, {"hash", id.hash}};
+}
 
 // The manifest a folder made now from this request would have, without its files.
 nlohmann::json expected_manifest(const PairedStreamRequest& r, const DatasetIdentity& train,
@@ -142,12 +144,12 @@ PairedSplit read_split(const fs::path& dir, const std::string& split, std::vecto
   s.teacher_offsets = read_offsets(dir / names.teacher_offsets, s.teacher_tokens.size() + 1);
   s.student_documents = document_starts(s.student_tokens, student_eos);
   s.teacher_documents = document_starts(s.teacher_tokens, teacher_eos);
-  RETORT_INPUT_CHECK(s.student_documents.size() == s.teacher_documents.size() &&
-                         s.student_offsets.back() == s.teacher_offsets.back(),
-                     "the paired stream in '{}' ({} split) has {} student and {} teacher documents, {} and {} bytes: "
-                     "delete the folder to make it again",
-                     dir.string(), split, s.student_documents.size(), s.teacher_documents.size(),
-                     s.student_offsets.back(), s.teacher_offsets.back());
+  RETORT_INPUT_CHECK(
+      s.student_documents.size() == s.teacher_documents.size() && s.student_offsets.back() == s.teacher_offsets.back(),
+      "the paired stream in '{}' ({} split) has {} student and {} teacher documents, {} and {} bytes: "
+      "delete the folder to make it again",
+      dir.string(), split, s.student_documents.size(), s.teacher_documents.size(), s.student_offsets.back(),
+      s.teacher_offsets.back());
   return s;
 }
 
@@ -258,8 +260,7 @@ PairedStream load_or_build_paired_stream(const PairedStreamRequest& r) {
   out.teacher_vocab = r.teacher->vocab_size();
   std::vector<int32_t> train_tokens = read_stream(r.student_train_shards, r.student_vocab);
   std::vector<int32_t> val_tokens = read_stream(r.student_val_shards, r.student_vocab);
-  const nlohmann::json expected =
-      expected_manifest(r, dataset_identity(train_tokens), dataset_identity(val_tokens));
+  const nlohmann::json expected = expected_manifest(r, dataset_identity(train_tokens), dataset_identity(val_tokens));
   const bool has_val = !r.student_val_shards.empty();
 
   const std::string why = why_not_reusable(r.directory, expected);
@@ -274,8 +275,7 @@ PairedStream load_or_build_paired_stream(const PairedStreamRequest& r) {
                  r.directory.string(), out.train.student_tokens.size(), out.train.teacher_tokens.size());
     return out;
   }
-  if (!why.empty())
-    spdlog::info("xtoken: the paired stream in '{}' is made again: {}", r.directory.string(), why);
+  if (!why.empty()) spdlog::info("xtoken: the paired stream in '{}' is made again: {}", r.directory.string(), why);
 
   const auto started = std::chrono::steady_clock::now();
   const TokenTexts student = token_texts(*r.student), teacher = token_texts(*r.teacher);
@@ -299,8 +299,10 @@ PairedStream load_or_build_paired_stream(const PairedStreamRequest& r) {
       "xtoken: paired token streams in '{}': {} bytes of training text, {} student / {} teacher tokens ({:.2f} / "
       "{:.2f} bytes per token), {} validation bytes; made in {:.1f} s",
       r.directory.string(), out.train.bytes(), out.train.student_tokens.size(), out.train.teacher_tokens.size(),
-      static_cast<double>(out.train.bytes()) / std::max<double>(1.0, static_cast<double>(out.train.student_tokens.size())),
-      static_cast<double>(out.train.bytes()) / std::max<double>(1.0, static_cast<double>(out.train.teacher_tokens.size())),
+      static_cast<double>(out.train.bytes()) /
+          std::max<double>(1.0, static_cast<double>(out.train.student_tokens.size())),
+      static_cast<double>(out.train.bytes()) /
+          std::max<double>(1.0, static_cast<double>(out.train.teacher_tokens.size())),
       out.val.bytes(), seconds);
   return out;
 }

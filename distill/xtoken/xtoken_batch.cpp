@@ -23,8 +23,7 @@ std::pair<int64_t, int64_t> teacher_range(const PairedSplit& split, int64_t s, i
   // First: the first teacher token of the first document that starts at b0 or later (a token covering b0 from
   // before is left out; the document's end-of-document id starts at its end, so it is in when the window is).
   const int64_t doc0_begin = split.teacher_documents[d0], doc0_end = split.teacher_documents[d0 + 1];
-  const int64_t first =
-      std::lower_bound(off.begin() + doc0_begin, off.begin() + doc0_end, b0) - off.begin();
+  const int64_t first = std::lower_bound(off.begin() + doc0_begin, off.begin() + doc0_end, b0) - off.begin();
   // Last: the last document's text tokens that end by b1, and its end-of-document id when the student's is in.
   const int64_t doc1_begin = split.teacher_documents[d1], doc1_end = split.teacher_documents[d1 + 1];
   if (split.student_tokens[static_cast<size_t>(e)] == student_eos) return {first, std::max(first, doc1_end)};
@@ -32,8 +31,7 @@ std::pair<int64_t, int64_t> teacher_range(const PairedSplit& split, int64_t s, i
       doc1_end > doc1_begin && split.teacher_tokens[static_cast<size_t>(doc1_end - 1)] == teacher_eos;
   const int64_t text_end = doc1_end - (doc1_has_eos ? 1 : 0);
   // Token j ends at off[j + 1]: the tokens that end by b1 are those before the first offset past b1, less one.
-  const int64_t past =
-      std::upper_bound(off.begin() + doc1_begin + 1, off.begin() + text_end + 1, b1) - off.begin();
+  const int64_t past = std::upper_bound(off.begin() + doc1_begin + 1, off.begin() + text_end + 1, b1) - off.begin();
   return {first, std::max(first, past - 1)};
 }
 
@@ -59,8 +57,7 @@ XtokenBatch build_xtoken_batch(const data::TokenBatch& student, const PairedSpli
   RETORT_CHECK(static_cast<int64_t>(student.window_starts.size()) == B,
                "xtoken batch: {} window positions for {} rows: the batch must come from a TokenLoader",
                student.window_starts.size(), B);
-  RETORT_CHECK(teacher_context >= 1, "xtoken batch: the teacher's context must be positive, got {}",
-               teacher_context);
+  RETORT_CHECK(teacher_context >= 1, "xtoken batch: the teacher's context must be positive, got {}", teacher_context);
   const auto stream_size = static_cast<int64_t>(split.student_tokens.size());
   XtokenBatch out;
   out.batch = B;
@@ -87,16 +84,15 @@ XtokenBatch build_xtoken_batch(const data::TokenBatch& student, const PairedSpli
     out.teacher_positions[static_cast<size_t>(b)] = std::max<int64_t>(0, last - first - 1);
     if (last - first < 2) continue;  // no teacher prediction: the row has no chunk
     const int64_t base = split.student_offsets[static_cast<size_t>(s)];
-    const SideTokens student_side =
-        side_tokens(std::span<const int32_t>(split.student_tokens).subspan(static_cast<size_t>(s), T + 1),
-                    std::span<const int64_t>(split.student_offsets).subspan(static_cast<size_t>(s), T + 2), base,
-                    student_texts);
+    const SideTokens student_side = side_tokens(
+        std::span<const int32_t>(split.student_tokens).subspan(static_cast<size_t>(s), T + 1),
+        std::span<const int64_t>(split.student_offsets).subspan(static_cast<size_t>(s), T + 2), base, student_texts);
     const SideTokens teacher_side = side_tokens(
         std::span<const int32_t>(split.teacher_tokens).subspan(static_cast<size_t>(first), last - first),
         std::span<const int64_t>(split.teacher_offsets).subspan(static_cast<size_t>(first), last - first + 1), base,
         teacher_texts);
-    rows[static_cast<size_t>(b)] = position_chunk_ids(align_by_offsets(student_side, teacher_side), T + 1,
-                                                      last - first);
+    rows[static_cast<size_t>(b)] =
+        position_chunk_ids(align_by_offsets(student_side, teacher_side), T + 1, last - first);
   }
 
   int64_t L = 1;

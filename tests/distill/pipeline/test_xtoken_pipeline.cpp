@@ -89,7 +89,8 @@ TEST(XtokenPipeline, ComparesTheModelsInBitsPerByteOfTheSameTextWithoutPerTokenK
     EXPECT_TRUE(metrics.back().contains(key)) << key;
   EXPECT_GT(metrics.back().at("chunk_coverage").get<double>(), 0.5);
   EXPECT_LE(metrics.back().at("chunk_coverage").get<double>(), 1.0);
-  const nlohmann::json objective = nlohmann::json::parse(::retort::testing::read_bytes(run / "student_kd" / "objective.json"));
+  const nlohmann::json objective =
+      nlohmann::json::parse(::retort::testing::read_bytes(run / "student_kd" / "objective.json"));
   EXPECT_EQ(objective.at("name"), "xtoken");
   EXPECT_EQ(objective.at("teacher_signal"), "topk_cache");
 }
@@ -118,7 +119,8 @@ TEST(XtokenPipeline, OnlineModeUsesTheNamedTeacherAndWritesNoCache) {
   EXPECT_FALSE(report.teacher_trained);
   EXPECT_FALSE(fs::exists(run / "teacher_topk"));
   EXPECT_TRUE(fs::exists(run / "xtoken" / xtoken::kPairedStreamManifest));
-  const nlohmann::json objective = nlohmann::json::parse(::retort::testing::read_bytes(run / "student_kd" / "objective.json"));
+  const nlohmann::json objective =
+      nlohmann::json::parse(::retort::testing::read_bytes(run / "student_kd" / "objective.json"));
   EXPECT_EQ(objective.at("teacher_signal"), "online");
   EXPECT_TRUE(report.kd.eval.bits_per_byte.has_value());
   // The label-only student does not depend on the teacher: the same as in the cache-mode run.
@@ -173,9 +175,9 @@ TEST(XtokenObjective, TheLossOfAMicroBatchIsTheFloat64ChunkKlOfItsTeacherRows) {
   xtoken::PairedStream stream = xtoken::load_or_build_paired_stream(
       {straight / "xtoken", dataset.train_shards, dataset.val_shards, V, &student_tok, &teacher_tok});
   ASSERT_TRUE(stream.reused);
-  xtoken::XtokenBatch xb = xtoken::build_xtoken_batch(batch, stream.train, xtoken::token_texts(student_tok),
-                                                      xtoken::token_texts(teacher_tok),
-                                                      teacher.model->config().block_size);
+  xtoken::XtokenBatch xb =
+      xtoken::build_xtoken_batch(batch, stream.train, xtoken::token_texts(student_tok),
+                                 xtoken::token_texts(teacher_tok), teacher.model->config().block_size);
   const int64_t L = xb.teacher_seq, K = 6;
   const std::vector<float> teacher_logits =
       inference_logits(teacher, Tensor::from_ints(xb.teacher_inputs, {B, L})).to_floats();
@@ -216,8 +218,8 @@ TEST(XtokenObjective, TheLossOfAMicroBatchIsTheFloat64ChunkKlOfItsTeacherRows) {
   EXPECT_NEAR(got.metrics.at("kd"), want.kd, 1e-5 * std::abs(want.kd));
   EXPECT_NEAR(got.metrics.at("ce"), want.ce, 1e-9 * std::abs(want.ce));
   EXPECT_NEAR(got.metrics.at("chunk_coverage"),
-              static_cast<double>(std::count_if(xb.student_chunk.begin(), xb.student_chunk.end(),
-                                                [](int32_t c) { return c >= 0; })) /
+              static_cast<double>(
+                  std::count_if(xb.student_chunk.begin(), xb.student_chunk.end(), [](int32_t c) { return c >= 0; })) /
                   static_cast<double>(B * T),
               1e-12);
 }

@@ -47,7 +47,8 @@ TEST(RunMetricsLog, EveryRecordHasTheClockAndTheCsvTheSameValues) {
   EXPECT_EQ(csv[0],
             "step,time,elapsed,loss,ce,kd,lr,grad_norm,tokens_per_s,tokens,eval_loss,eval_ppl,eval_kl_to_teacher,"
             "eval_top1_agreement,chunk_coverage,chunks,xtoken_batch_ms,teacher_ms");
-  EXPECT_EQ(csv[2], "2," + second.at("time").dump() + "," + second.at("elapsed").dump() + ",4.25,4.0,,,,,,4.125,,,,,,,");
+  EXPECT_EQ(csv[2],
+            "2," + second.at("time").dump() + "," + second.at("elapsed").dump() + ",4.25,4.0,,,,,,4.125,,,,,,,");
 }
 
 TEST(RunMetricsLog, AResumedRunDropsTheLostStepsFromBothFilesAndContinuesTheElapsedTime) {

@@ -84,8 +84,10 @@ void expect_paired(const PairedSplit& split, const std::vector<std::string>& doc
   ASSERT_EQ(split.teacher_documents.size(), docs.size() + 1);
   int64_t byte = 0;
   for (size_t d = 0; d < docs.size(); ++d) {
-    const auto t0 = static_cast<size_t>(split.teacher_documents[d]), t1 = static_cast<size_t>(split.teacher_documents[d + 1]);
-    const auto s0 = static_cast<size_t>(split.student_documents[d]), s1 = static_cast<size_t>(split.student_documents[d + 1]);
+    const auto t0 = static_cast<size_t>(split.teacher_documents[d]),
+               t1 = static_cast<size_t>(split.teacher_documents[d + 1]);
+    const auto s0 = static_cast<size_t>(split.student_documents[d]),
+               s1 = static_cast<size_t>(split.student_documents[d + 1]);
     std::vector<int32_t> expected = teacher.encode(docs[d]);
     expected.push_back(teacher.eos_id());
     EXPECT_EQ(std::vector<int32_t>(split.teacher_tokens.begin() + t0, split.teacher_tokens.begin() + t1), expected)
@@ -183,7 +185,8 @@ TEST(PairedStream, AByteLevelTokenizerJsonTeacherPairsWithASentencePieceStudent)
 TEST(PairedStream, ATeacherTokenizerThatChangesTheTextIsRefusedNamingTheDocument) {
   const fs::path dir = distill::testing::fresh_dir("xtoken_lossy_pair");
   // A byte-level BPE tokenizer.json that composes characters (NFC): "e" + U+0301 comes back as U+00E9.
-  nlohmann::json json = nlohmann::json::parse(read_file(fs::path(RETORT_SOURCE_DIR) / "tests/data/hf/tokenizers/tiny_gpt2_style/tokenizer.json"));
+  nlohmann::json json = nlohmann::json::parse(
+      read_file(fs::path(RETORT_SOURCE_DIR) / "tests/data/hf/tokenizers/tiny_gpt2_style/tokenizer.json"));
   json["normalizer"] = {{"type", "NFC"}};
   fs::create_directories(dir / "nfc");
   write_text_atomic(dir / "nfc" / "tokenizer.json", json.dump());
@@ -198,7 +201,8 @@ TEST(PairedStream, ATeacherTokenizerThatChangesTheTextIsRefusedNamingTheDocument
   }
   data::write_token_shard(dir / "train_000.bin", tokens, student.vocab_size());
   try {
-    load_or_build_paired_stream({dir / "paired", {dir / "train_000.bin"}, {}, student.vocab_size(), &student, &teacher});
+    load_or_build_paired_stream(
+        {dir / "paired", {dir / "train_000.bin"}, {}, student.vocab_size(), &student, &teacher});
     FAIL() << "a lossy teacher tokenizer was accepted";
   } catch (const InputError& e) {
     const std::string message = e.what();

@@ -101,11 +101,11 @@ TEST(XtokenBatch, WholeDocumentsAlignWithShiftedChunkIdsAndPaddedTeacherRows) {
 TEST(XtokenBatch, EveryChunkStandsForTheSameBytesOnBothSides) {
   const HandMadePair pair;
   for (const std::vector<int64_t>& starts : {std::vector<int64_t>{0, 3}, {1, 2}, {3, 0}, {2, 1}}) {
-    const XtokenBatch xb = build_xtoken_batch(batch_of(pair.split, starts, 3), pair.split, pair.student,
-                                              pair.teacher, 64);
+    const XtokenBatch xb =
+        build_xtoken_batch(batch_of(pair.split, starts, 3), pair.split, pair.student, pair.teacher, 64);
     const auto student = predicted_spans(xb.student_chunk, 3, starts, pair.split.student_offsets);
-    const auto teacher = predicted_spans(xb.teacher_chunk, xb.teacher_seq, xb.teacher_starts,
-                                         pair.split.teacher_offsets);
+    const auto teacher =
+        predicted_spans(xb.teacher_chunk, xb.teacher_seq, xb.teacher_starts, pair.split.teacher_offsets);
     ASSERT_EQ(static_cast<int64_t>(student.size()), xb.chunk_count);
     ASSERT_EQ(static_cast<int64_t>(teacher.size()), xb.chunk_count);
     for (const auto& [id, spans] : student) {
@@ -116,8 +116,9 @@ TEST(XtokenBatch, EveryChunkStandsForTheSameBytesOnBothSides) {
       // A row's first token is predicted by no position: a chunk that holds it shows its bytes on the other side
       // alone, so the side that starts later starts where its row's first token ends.
       if (s0 != t0) {
-        const size_t row = static_cast<size_t>(
-            std::find(xb.student_chunk.begin(), xb.student_chunk.end(), id) - xb.student_chunk.begin()) / 3;
+        const size_t row = static_cast<size_t>(std::find(xb.student_chunk.begin(), xb.student_chunk.end(), id) -
+                                               xb.student_chunk.begin()) /
+                           3;
         const int64_t student_first_end = pair.split.student_offsets[static_cast<size_t>(starts[row] + 1)];
         const int64_t teacher_first_end = pair.split.teacher_offsets[static_cast<size_t>(xb.teacher_starts[row] + 1)];
         EXPECT_EQ(std::max(s0, t0), s0 > t0 ? student_first_end : teacher_first_end) << "chunk " << id;

@@ -300,16 +300,17 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   if (!main) return report;
 
   // 5. results.json and the loss curves.
-  nlohmann::json results{{"teacher", eval_json(report.teacher)},
-                         {"teacher_dir", report.teacher_dir.string()},
-                         {"teacher_trained", report.teacher_trained},
-                         {"teacher_seconds", report.teacher_seconds},
-                         {"mode", config.get_string("distill.mode")},
-                         {"cache_seconds", report.cache_seconds},
-                         {"cache_tokens", report.cache_tokens},
-                         {"cache_bytes_per_token", report.cache_bytes_per_token},
-                         {"full_logit_bytes_per_token", 4 * config.get_int("data.vocab_size")},
-                         {"total_seconds", report.total_seconds}};
+  nlohmann::json results{
+      {"teacher", eval_json(report.teacher)},
+      {"teacher_dir", report.teacher_dir.string()},
+      {"teacher_trained", report.teacher_trained},
+      {"teacher_seconds", report.teacher_seconds},
+      {"mode", config.get_string("distill.mode")},
+      {"cache_seconds", report.cache_seconds},
+      {"cache_tokens", report.cache_tokens},
+      {"cache_bytes_per_token", report.cache_bytes_per_token},
+      {"full_logit_bytes_per_token", 4 * (xtoken ? xdata->teacher_vocab : config.get_int("data.vocab_size"))},
+      {"total_seconds", report.total_seconds}};
   for (const StudentOutcome* s : {&report.kd, &report.labels}) {
     nlohmann::json j = eval_json(s->eval);
     j["run_dir"] = s->run_dir.string();

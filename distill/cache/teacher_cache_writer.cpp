@@ -8,6 +8,7 @@
 #include "distill/distill_config.h"
 #include "distill/train/config_builders.h"
 #include "distill/train/trained_model.h"
+#include "distill/xtoken/paired_stream.h"
 #include "parallel/launch/distributed_run.h"
 
 namespace retort::distill {
@@ -29,8 +30,19 @@ distill::TeacherTopKReport write_teacher_cache(const ResolvedConfig& config, Dev
   } else {
     if (!main) dist.barrier();
     const data::PreparedDataset dataset = data::prepare_token_dataset(dataset_options_from(config));
-    if (main) dist.barrier();
     stream = {{dataset.train_shards, dataset.vocab_size}, dataset.tokenizer_fingerprint};
+    if (cross_tokenizer(config)) {
+      // The cache covers the teacher's own tokens of the student's text: the paired stream of distill.xtoken.dir.
+      RETORT_INPUT_CHECK(!dataset.tokenizer_path.empty(),
+                         "distill.xtoken.enabled needs the student's tokenizer to turn its tokens into text: give "
+                         "data.tokenizer with data.shards");
+      const data::Tokenizer student = data::Tokenizer::load(dataset.tokenizer_path);
+      const data::Tokenizer teacher = load_run_tokenizer(teacher_run_dir(config));
+      const xtoken::PairedStream paired = xtoken::load_or_build_paired_stream(
+          {xtoken_dir(config), dataset.train_shards, dataset.val_shards, dataset.vocab_size, &student, &teacher});
+      stream = {{paired.teacher_train_shards(), teacher.vocab_size()}, teacher.fingerprint()};
+    }
+    if (main) dist.barrier();
   }
 
   const TrainedModel teacher = load_trained_model(teacher_run_dir(config), dist.device, dist.grid.tp);

@@ -12,7 +12,8 @@ namespace retort::distill {
 // train.seq_len, at distill.temperature (distill_schema() keys).
 // `teacher_tokens`: the token stream the cache covers when it is not the student's training split (cross-tokenizer
 // distillation: the teacher's own tokens of the student's text, distill/xtoken/paired_stream.h), with the teacher
-// tokenizer's fingerprint the cache records; null: the student's training split, whose tokenizer the teacher must use.
+// tokenizer's fingerprint the cache records; null: the student's training split, whose tokenizer the teacher must use,
+// or with distill.xtoken.enabled the paired stream of distill.xtoken.dir (made when missing).
 struct TeacherTokenStream {
   TeacherTopKDataset dataset;
   std::string tokenizer_id;

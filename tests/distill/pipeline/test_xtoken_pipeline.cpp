@@ -128,6 +128,20 @@ TEST(XtokenPipeline, OnlineModeUsesTheNamedTeacherAndWritesNoCache) {
             results_of(straight_xtoken_pipeline()).at("student_labels").at("loss"));
 }
 
+TEST(XtokenPipeline, DistillTopkAloneWritesTheSameCacheOverTheTeachersOwnTokens) {
+  const fs::path& straight = straight_xtoken_pipeline();
+  const fs::path dir = testing::fresh_dir("xtoken_topk_alone");
+  auto overrides = xtoken_overrides(dir / "unused");
+  overrides.insert(overrides.end(), {"distill.teacher=" + (straight / "teacher").string(),
+                                     "distill.cache_dir=" + (dir / "cache").string(),
+                                     "distill.xtoken.dir=" + (dir / "xtoken").string()});
+  const TeacherTopKReport report = write_teacher_cache(testing::resolve_distill(overrides), Device::cpu());
+  EXPECT_EQ(report.cache_tokens, results_of(straight).at("cache_tokens").get<int64_t>());
+  EXPECT_TRUE(fs::exists(dir / "xtoken" / xtoken::kPairedStreamManifest)) << "the paired stream is made when missing";
+  EXPECT_EQ(::retort::testing::read_bytes(dir / "cache" / "topk_00000.bin"),
+            ::retort::testing::read_bytes(straight / "teacher_topk" / "topk_00000.bin"));
+}
+
 TEST(XtokenPipeline, ATeacherOfAnotherTokenizerWithoutTheKeyIsAnErrorNamingIt) {
   const fs::path teacher = straight_xtoken_pipeline() / "teacher";
   const fs::path run = testing::fresh_dir("xtoken_no_key");

@@ -85,5 +85,40 @@ TEST(DistillRunCommand, TwoTensorParallelRanksRunThePipelineAndTheFolderRuleHold
   EXPECT_EQ(testing::read_metrics(run / "teacher").size(), 6u);
 }
 
+// Cross-tokenizer distillation at tp 2 against tp 1: the teacher's top-k cache over its own tokens and the chunk loss
+// over the vocab-split student (cache mode), then an online teacher split like the student (online mode); the
+// figures agree up to the order of float sums.
+TEST(DistillRunCommand, ACrossTokenizerRunAtTp2GivesTheFiguresOfTp1) {
+  const fs::path root = testing::fresh_dir("distill_run_xtoken_tp");
+  const fs::path log = testing::fresh_dir("distill_run_xtoken_tp_log") += ".log";
+  auto args = [&](const std::string& name, int tp, const std::vector<std::string>& more) {
+    std::vector<std::string> a{"distill", "run", "--nproc", std::to_string(tp)};
+    for (const std::string& key : testing::pipeline_run_overrides(root / name)) a.push_back(key);
+    for (const std::string& key :
+         {std::string("distill.xtoken.enabled=true"), std::string("teacher.data.vocab_size=512"),
+          "teacher.data.dir=" + (root / "teacher_data").string(), "parallel.tp=" + std::to_string(tp)})
+      a.push_back(key);
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  auto results = [&](const std::string& name) {
+    return nlohmann::json::parse(read_bytes(root / name / "results.json"));
+  };
+  auto expect_close = [](const nlohmann::json& a, const nlohmann::json& b, const char* what) {
+    for (const char* model : {"teacher", "student_kd", "student_labels"}) {
+      const double x = a.at(model).at("bits_per_byte").get<double>(), y = b.at(model).at("bits_per_byte").get<double>();
+      EXPECT_NEAR(x, y, 1e-4 * x) << what << " " << model;
+    }
+  };
+  ASSERT_EQ(run_binary_logged(args("tp1", 1, {}), log), 0) << read_bytes(log);
+  ASSERT_EQ(run_binary_logged(args("tp2", 2, {}), log), 0) << read_bytes(log);
+  expect_close(results("tp1"), results("tp2"), "cache");
+  const std::string teacher = "distill.teacher=" + (root / "tp1" / "teacher").string();
+  ASSERT_EQ(run_binary_logged(args("online1", 1, {"distill.mode=online", teacher}), log), 0) << read_bytes(log);
+  ASSERT_EQ(run_binary_logged(args("online2", 2, {"distill.mode=online", teacher}), log), 0) << read_bytes(log);
+  expect_close(results("online1"), results("online2"), "online");
+  EXPECT_NE(results("online1").at("student_kd").at("loss"), results("tp1").at("student_kd").at("loss"));
+}
+
 }  // namespace
 }  // namespace retort::distill

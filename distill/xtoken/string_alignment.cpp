@@ -67,7 +67,7 @@ enum : uint8_t { kDiag, kStudentGap, kTeacherGap, kOneToMany = 8, kManyToOne = 1
 
 // Largest DP window (cells); a larger window is cut in two at a byte-proportional point (rare: two tokenizations
 // of one text have an anchor every few tokens).
-constexpr int64_t kMaxWindowCells = int64_t{1} << 24;
+constexpr int64_t kMaxWindowCells = int64_t{1} << 22;
 
 void needleman_wunsch(const Side& s, size_t s0, size_t s1, const Side& t, size_t t0, size_t t1,
                       const StringAlignmentOptions& options, std::vector<Move>& out) {

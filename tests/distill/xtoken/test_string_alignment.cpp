@@ -174,3 +174,28 @@ TEST(StringAlignment, LongSequencesThroughAnchorsEqualTheOffsetAlignment) {
 
 }  // namespace
 }  // namespace retort::distill::xtoken
+
+namespace retort::distill::xtoken {
+namespace {
+
+// A run with no anchor at all (every 3-gram repeats): one window of 2100 x 2100 cells, past the largest DP window
+// (2^22 cells), is cut in two at the byte-proportional point; "aa" tokens against "a" pairs (1500 x 3000) still
+// align as 1:2 combinations across the cut.
+TEST(StringAlignment, AWindowTooLargeForOneDpIsCutInTwo) {
+  const Strings s(2100, "a");
+  const Strings t(2100, "a");
+  const Alignment a = align(s, t);
+  ASSERT_EQ(a.chunks.size(), 2100u);
+  for (size_t k = 0; k < a.chunks.size(); ++k)
+    ASSERT_EQ(a.chunks[k], chunk(int32_t(k), int32_t(k + 1), int32_t(k), int32_t(k + 1), true)) << k;
+  const Strings pairs(1500, "aa");
+  const Strings singles(3000, "a");
+  const Alignment b = align(pairs, singles);
+  ASSERT_EQ(b.chunks.size(), 1500u);
+  for (size_t k = 0; k < b.chunks.size(); ++k) {
+    ASSERT_EQ(b.chunks[k], chunk(int32_t(k), int32_t(k + 1), int32_t(2 * k), int32_t(2 * k + 2), true)) << k;
+  }
+}
+
+}  // namespace
+}  // namespace retort::distill::xtoken

@@ -169,6 +169,26 @@ TEST_F(RealTokenizations, BosOnTheLlamaSideIsAnOrphanAndTheEosTokensPair) {
   EXPECT_GE(st.correct_chunks_by_shape[size_t(ChunkShape::kOneToMany)], 2);
 }
 
+// What the string alignment is for: texts that differ. The teacher reads the text inside Qwen's chat template, the
+// student reads it bare; the template's tokens are teacher-only, every student token still lands in a correct chunk.
+TEST_F(RealTokenizations, StringAlignmentOfATextAndTheSameTextInAChatTemplate) {
+  require_hf();
+  const std::string text = read_bytes(kFortunes / "debian");
+  const std::string wrapped = "<|im_start|>user\n" + text + "<|im_end|>\n<|im_start|>assistant\n";
+  const SideTokens s = side_tokens(*hf_[0].tokenizer, text), t = side_tokens(*hf_[1].tokenizer, wrapped);
+  const std::vector<std::string> ss = canonical_token_strings(*hf_[0].tokenizer, s);
+  const std::vector<std::string> ts = canonical_token_strings(*hf_[1].tokenizer, t);
+  const Alignment a = align_by_strings(ss, s.roles, ts, t.roles);
+  expect_tiles_both_sides(a, int64_t(s.ids.size()), int64_t(t.ids.size()));
+  const AlignmentStats st = alignment_stats(a);
+  EXPECT_EQ(st.student_tokens_in_correct, st.student_tokens);
+  // The template: <|im_start|> user \n before, <|im_end|> \n <|im_start|> assistant \n after (the text's last
+  // newline and the template's may merge into one token).
+  EXPECT_GE(st.teacher_tokens - st.teacher_tokens_in_correct, 6);
+  EXPECT_LE(st.teacher_tokens - st.teacher_tokens_in_correct, 9);
+  EXPECT_EQ(st.chunks_by_shape[size_t(ChunkShape::kStudentOnly)], 0);
+}
+
 TEST_F(RealTokenizations, TwoSentencePieceTokenizersOnFortunesAndTheStressText) {
   for (const std::string& name : kFortuneFiles) {
     SCOPED_TRACE(name);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "chunk_reference.h"
+#include "core/tensor/device.h"
 #include "core/util/error.h"
 #include "loss_test_support.h"
 
@@ -99,6 +100,11 @@ TEST(ChunkDistillation, ReferenceHasEveryChunkShape) {
 
 TEST(ChunkDistillation, ChunkKLMatchesDenseReferenceAtTp124) {
   const ChunkProblem p = hand_made_problem();
+  for (int tp : {1, 2, 4}) expect_matches_reference(p, kl_options(), tp, DType::F64, 1e-12, 1e-10);
+}
+
+TEST(ChunkDistillation, ChunkKLOnARandomAlignmentAtTp124) {
+  const ChunkProblem p = random_problem(40, 97, 131, 6, 21);
   for (int tp : {1, 2, 4}) expect_matches_reference(p, kl_options(), tp, DType::F64, 1e-12, 1e-10);
 }
 
@@ -214,6 +220,47 @@ TEST(ChunkDistillation, BadInputIsAClearError) {
   ChunkDistillationOptions o;
   o.kd_ratio = 0.5;  // CE without labels
   EXPECT_THROW(call(p, o), InputError);
+}
+
+// ---- CUDA (skipped without a GPU) ----------------------------------------------------------------------------
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+TEST(ChunkDistillationCuda, ChunkKLMatchesDenseReferenceAtTp124) {
+  SKIP_WITHOUT_GPU();
+  const ChunkProblem p = hand_made_problem();
+  ChunkDistillationOptions o;
+  for (int tp : {1, 2, 4}) {
+    expect_matches_reference(p, o, tp, DType::F32, 1e-5, 1e-4, Device::cuda(0));
+    expect_matches_reference(p, o, tp, DType::BF16, 2e-2, 5e-2, Device::cuda(0));
+  }
+  o.temperature = 2.0;
+  o.kd_ratio = 0.6;
+  for (int tp : {1, 2}) expect_matches_reference(p, o, tp, DType::F32, 1e-5, 1e-4, Device::cuda(0));
+}
+
+// The CUDA passes against the CPU ones on a realistic alignment (chunks of 1 to 3 positions each side), wide rows.
+void expect_cuda_matches_cpu(const ChunkDistillationOptions& o) {
+  const ChunkProblem p = random_problem(96, 3001, 3203, 16, 5);
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    const auto cpu = run_at(p, tp, o, DType::F32, Device::cpu());
+    const auto gpu = run_at(p, tp, o, DType::F32, Device::cuda(0));
+    const auto gpu_bf16 = run_at(p, tp, o, DType::BF16, Device::cuda(0));
+    const auto cpu_bf16 = run_at(p, tp, o, DType::BF16, Device::cpu());
+    for (int r = 0; r < tp; ++r) {
+      EXPECT_LE(loss_error(gpu[r].loss, cpu[r].loss), 1e-5);
+      EXPECT_LE(grad_error(gpu[r].grad, cpu[r].grad), 1e-4);
+      EXPECT_LE(loss_error(gpu_bf16[r].loss, cpu_bf16[r].loss), 1e-4);
+      EXPECT_LE(grad_error(gpu_bf16[r].grad, cpu_bf16[r].grad), 2e-2);
+    }
+  }
+}
+
+TEST(ChunkDistillationCuda, ChunkKLMatchesCpuOnARealisticAlignment) {
+  SKIP_WITHOUT_GPU();
+  expect_cuda_matches_cpu(kl_options());
 }
 
 }  // namespace

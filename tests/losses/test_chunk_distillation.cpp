@@ -192,6 +192,36 @@ TEST(ChunkDistillation, ChunkKLFiniteDifferences) {
   expect_finite_differences(p, o);
 }
 
+TEST(ChunkDistillation, GoldMatchesDenseReferenceAtTp124) {
+  const ChunkProblem p = hand_made_problem();
+  ASSERT_EQ(p.common_student.size(), 4u);  // V_s - P = 7 uncommon student ids, V_t - P = 9 teacher ones
+  for (int64_t top : {8192, 4, 8})
+    for (int tp : {1, 2, 4}) {
+      SCOPED_TRACE("m " + std::to_string(top));
+      expect_matches_reference(p, gold_options(top), tp, DType::F64, 1e-12, 1e-10);
+    }
+}
+
+TEST(ChunkDistillation, GoldOnARandomAlignmentWithCEAndTemperature) {
+  const ChunkProblem p = random_problem(40, 97, 131, 6, 23);
+  ChunkDistillationOptions o = gold_options(16);
+  o.temperature = 1.5;
+  o.normalizer = 9.0;
+  for (int tp : {1, 2, 4}) expect_matches_reference(p, o, tp, DType::F64, 1e-12, 1e-10);
+  o.dynamic_ce_scaling = true;
+  for (int tp : {1, 4}) expect_matches_reference(p, o, tp, DType::F64, 1e-12, 1e-10);
+  o.dynamic_ce_scaling = false;
+  o.kd_ratio = 0.5;
+  for (int tp : {1, 2}) expect_matches_reference(p, o, tp, DType::F32, 1e-5, 1e-4);
+}
+
+TEST(ChunkDistillation, GoldFiniteDifferences) {
+  const ChunkProblem p = hand_made_problem(5);
+  ChunkDistillationOptions o = gold_options(5);
+  o.temperature = 0.8;
+  expect_finite_differences(p, o);
+}
+
 TEST(ChunkDistillation, BadInputIsAClearError) {
   const ChunkProblem p = hand_made_problem();
   const Tensor x = Tensor::from_doubles(p.logits, {p.rows, p.vocab}, DType::F64);
@@ -220,6 +250,14 @@ TEST(ChunkDistillation, BadInputIsAClearError) {
   ChunkDistillationOptions o;
   o.kd_ratio = 0.5;  // CE without labels
   EXPECT_THROW(call(p, o), InputError);
+  // The gold loss without its common pairs, or with a pair repeated.
+  EXPECT_THROW(call(p, gold_options()), InputError);
+  ChunkProblem repeated = p;
+  repeated.common_student.push_back(repeated.common_student[0] + 1);
+  repeated.common_teacher.push_back(repeated.common_teacher[0]);
+  EXPECT_THROW(losses::chunk_distillation_loss(x, Tensor(), p.teacher(), p.chunks(), p.projection(), gold_options(),
+                                               repeated.common()),
+               InputError);
 }
 
 // ---- CUDA (skipped without a GPU) ----------------------------------------------------------------------------

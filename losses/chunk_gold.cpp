@@ -8,6 +8,7 @@
 
 #include "core/autograd/engine.h"
 #include "core/util/error.h"
+#include "losses/kernels/chunk_distillation_kernels.h"
 #include "losses/kernels/chunk_gold_kernels.h"
 #include "losses/vocab_parallel.h"
 
@@ -72,6 +73,96 @@ struct GoldSaved {
   vp::VocabShard shard;
 };
 
+#ifdef RETORT_WITH_CUDA
+// The GPU path: the plan uploaded, the passes of kernels/cuda/chunk_gold.cu around the same collectives (the
+// candidates all-gathered on the device), the merge on the device too. Nothing waits for the host after the upload.
+Tensor gold_loss_cuda(const Tensor& student_in, const g::GoldPlan& plan, const std::vector<double>& common_g,
+                      const std::vector<TeacherSorted>& teacher_sorted, int64_t n_a, int64_t n_b, double factor,
+                      const std::shared_ptr<Communicator>& group, const vp::VocabShard& shard) {
+  constexpr const char* kOp = "chunk_distillation_loss (gold)";
+  using chunk_index::upload_ints;
+  using chunk_index::upload_reals;
+  RETORT_INPUT_CHECK(plan.top <= g::cuda::kMaxTop,
+                     "{}: gold_uncommon_top = {} is above the CUDA kernels' limit {} (a chunk's top m is sorted in "
+                     "shared memory)",
+                     kOp, plan.top, g::cuda::kMaxTop);
+  RETORT_INPUT_CHECK(shard.total < (int64_t{1} << 24),
+                     "{}: a student vocabulary of {} ids; the CUDA candidates carry ids as float32, exact below 2^24",
+                     kOp, shard.total);
+  const Device device = student_in.device();
+  const DType f32 = DType::F32;
+  g::cuda::GoldDevicePlan d;
+  d.chunks = plan.chunks;
+  d.rows = plan.rows;
+  d.vocab_start = plan.vocab_start;
+  d.top = plan.top;
+  const int64_t local_common = std::count(plan.common.begin(), plan.common.end(), uint8_t{1});
+  d.local_top = std::min(plan.top, shard.valid - local_common);
+  d.n_student = n_a;
+  d.n_teacher = n_b;
+  d.inv_temperature = static_cast<float>(plan.inv_temperature);
+  d.row_chunk = upload_ints(plan.row_chunk, device);
+  d.chunk_rows = upload_ints(plan.chunk_rows, device);
+  d.rows_list = upload_ints(plan.rows_list, device);
+  d.chunk_scale = upload_reals(plan.chunk_scale, f32, device);
+  d.common = upload_ints(std::vector<int32_t>(plan.common.begin(), plan.common.end()), device);
+  d.unlisted = upload_reals(plan.unlisted, f32, device);
+  d.special_offsets = upload_ints(plan.special_offsets, device);
+  d.special_column = upload_ints(plan.special_column, device);
+  d.special_teacher = upload_reals(plan.special_teacher, f32, device);
+  std::vector<int32_t> listed_offsets{0}, above, fill_count;
+  std::vector<double> listed, fill;
+  for (const TeacherSorted& b : teacher_sorted) {
+    listed.insert(listed.end(), b.listed.begin(), b.listed.end());
+    listed_offsets.push_back(static_cast<int32_t>(listed.size()));
+    above.push_back(static_cast<int32_t>(b.above));
+    fill.push_back(b.fill);
+    fill_count.push_back(static_cast<int32_t>(b.fill_count));
+  }
+  d.listed_offsets = upload_ints(std::move(listed_offsets), device);
+  d.listed = upload_reals(std::move(listed), f32, device);
+  d.above = upload_ints(std::move(above), device);
+  d.fill = upload_reals(std::move(fill), f32, device);
+  d.fill_count = upload_ints(std::move(fill_count), device);
+  d.common_g = upload_reals(common_g, f32, device);
+
+  const Tensor student = vp::real_columns(student_in.view({-1, shard.width}), shard);
+  const int64_t rows = student.size(0), chunks = std::max<int64_t>(plan.chunks, 1), m = plan.top;
+  Tensor local_max = Tensor::empty({rows}, f32, device), partial_sum = Tensor::empty({rows}, f32, device);
+  g::cuda::row_stats(student, d, local_max, partial_sum);
+  const Tensor global_max =
+      vp::reduce_partials(group, rows, local_max, partial_sum, shard, kOp,
+                          [&](const Tensor& global) { g::cuda::rescale_sums(local_max, global, partial_sum); });
+  Tensor lse = Tensor::empty({rows}, f32, device);
+  g::cuda::finish_lse(global_max, partial_sum, lse);
+  Tensor candidates = Tensor::empty({chunks, g::candidate_columns(m)}, f32, device);
+  {
+    Tensor ls_buffer = Tensor::empty({chunks, shard.valid}, f32, device);
+    g::cuda::chunk_pass(student, d, lse, ls_buffer, candidates);
+  }
+  const Tensor gathered = group ? group->all_gather(candidates.view({-1}), 0) : candidates.view({-1});
+  Tensor winner_column = Tensor::empty({chunks, m}, DType::I32, device);
+  Tensor winner_grad = Tensor::empty({chunks, m}, f32, device);
+  Tensor chunk_g = Tensor::empty({chunks}, f32, device), chunk_loss = Tensor::zeros({plan.chunks}, f32, device);
+  g::cuda::merge(gathered, group ? group->size() : 1, d, shard.valid, winner_column, winner_grad, chunk_g, chunk_loss);
+  Tensor loss = Tensor::empty({}, f32, device);
+  kernels::chunk::cuda::reduce_loss(chunk_loss, factor, loss);
+  return autograd::record(
+      loss, "vocab_parallel_chunk_gold_loss", {student_in},
+      [student_in, d = std::move(d), lse, winner_column, winner_grad, chunk_g, factor, shard](const Tensor& go) {
+        const Device dev = student_in.device();
+        const Tensor x_real = vp::real_columns(student_in.view({-1, shard.width}), shard);
+        Tensor grad = Tensor::empty(student_in.shape(), student_in.dtype(), dev);
+        Tensor grad_rows = grad.view({-1, shard.width});
+        const Tensor g_out = vp::scalar_grad_output(go, DType::F32, dev, "chunk_distillation_loss (gold)");
+        vp::backward_on_real_columns(grad_rows, shard, false, [&](Tensor& real, bool add) {
+          g::cuda::backward(x_real, d, lse, winner_column, winner_grad, chunk_g, g_out, factor, add, real);
+        });
+        return std::vector<Tensor>{grad};
+      });
+}
+#endif
+
 }  // namespace
 
 int64_t gold_teacher_vocab(const VocabProjection& projection, const CommonIds&, std::string_view op) {
@@ -86,10 +177,6 @@ Tensor gold_loss(const Tensor& student_in, const ChunkIndex& x, const CommonIds&
                  const ChunkDistillationOptions& o, const std::shared_ptr<Communicator>& group,
                  const tp::VocabShard& shard, double denominator) {
   constexpr const char* kOp = "chunk_distillation_loss (gold)";
-  RETORT_INPUT_CHECK(student_in.device().is_cpu(),
-                     "{}: the gold loss runs on the CPU only in this build; student logits {} are on a GPU (use "
-                     "the chunk-averaged KL there, or move the logits to the host)",
-                     kOp, student_in.describe());
   RETORT_INPUT_CHECK(o.gold_uncommon_top >= 1, "{}: gold_uncommon_top must be at least 1, got {}", kOp,
                      o.gold_uncommon_top);
   const int64_t vt = x.teacher_vocab, vs = shard.total;
@@ -157,6 +244,14 @@ Tensor gold_loss(const Tensor& student_in, const ChunkIndex& x, const CommonIds&
     b.above = std::count_if(b.listed.begin(), b.listed.end(), [&](double v) { return v > b.fill; });
   }
 
+  const int64_t m = plan.top;
+  const int64_t n_a = std::min(m, vs - n_pairs), n_b = std::min(m, vt - n_pairs);
+  s.factor = (o.scale_by_t_squared ? o.temperature * o.temperature : 1.0) / denominator;
+#ifdef RETORT_WITH_CUDA
+  if (student_in.device().is_cuda())
+    return gold_loss_cuda(student_in, plan, chunk_g, teacher_sorted, n_a, n_b, s.factor, group, shard);
+#endif
+
   // Global row statistics: MAX then SUM all-reduce, as every vocab-parallel loss.
   const Tensor student = vp::real_columns(student_in.view({-1, shard.width}), shard);
   const int64_t rows = student.size(0);
@@ -177,13 +272,12 @@ Tensor gold_loss(const Tensor& student_in, const ChunkIndex& x, const CommonIds&
   }
 
   // Each rank's candidates, gathered; the merge runs alike on every rank.
-  const int64_t m = plan.top, width = g::candidate_columns(m);
+  const int64_t width = g::candidate_columns(m);
   Tensor candidates = Tensor::empty({std::max<int64_t>(x.chunks, 1), width}, stats, cpu);
   g::cpu::chunk_pass(student, plan, s.lse, candidates);
   const Tensor gathered = group ? group->all_gather(candidates.view({-1}), 0) : candidates.view({-1});
   const std::vector<double> all = gathered.to_doubles();
   const int64_t ranks = group ? group->size() : 1, block = std::max<int64_t>(x.chunks, 1) * width;
-  const int64_t n_a = std::min(m, vs - n_pairs), n_b = std::min(m, vt - n_pairs);
   double total = 0;
   s.winner_offsets.push_back(0);
   std::vector<std::pair<double, int64_t>> merged;
@@ -216,7 +310,6 @@ Tensor gold_loss(const Tensor& student_in, const ChunkIndex& x, const CommonIds&
     total += common_kl + l1;
   }
   s.chunk_g = std::move(chunk_g);
-  s.factor = (o.scale_by_t_squared ? o.temperature * o.temperature : 1.0) / denominator;
   const Tensor loss = Tensor::full({}, total * s.factor, stats, cpu);
   return autograd::record(loss, "vocab_parallel_chunk_gold_loss", {student_in},
                           [student_in, saved = std::move(s)](const Tensor& go) {

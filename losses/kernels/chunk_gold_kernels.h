@@ -51,4 +51,38 @@ void backward(const Tensor& student, const GoldPlan& plan, const Tensor& lse,
               double factor, bool accumulate, Tensor& dstudent);
 }  // namespace cpu
 
+#ifdef RETORT_WITH_CUDA
+namespace cuda {
+// The plan on the GPU (f32 values), plus the teacher's sorted uncommon probabilities of each chunk in compact form
+// (see chunk_gold.cpp: `listed` decreasing, `above` of them before `fill_count` copies of `fill`).
+struct GoldDevicePlan {
+  int64_t chunks = 0, rows = 0, vocab_start = 0, top = 0, local_top = 0;  // local_top = min(m, local uncommon ids)
+  int64_t n_student = 0, n_teacher = 0;  // how many sorted values each side compares: min(m, its uncommon ids)
+  float inv_temperature = 1.f;
+  Tensor row_chunk, chunk_rows, rows_list, chunk_scale;     // i32 [N], i32 [C + 1], i32, f32 [C]
+  Tensor common;                                            // i32 [V_valid]
+  Tensor unlisted;                                          // f32 [C]
+  Tensor special_offsets, special_column, special_teacher;  // i32 [C + 1], i32, f32
+  Tensor listed_offsets, listed, above, fill, fill_count;   // i32 [C + 1], f32, i32 [C], f32 [C], i32 [C]
+  Tensor common_g;                                          // f32 [C]: the common ids' part of G_c
+};
+// The largest m the CUDA passes take (a chunk's local top m is sorted in shared memory).
+inline constexpr int64_t kMaxTop = 8192;
+void row_stats(const Tensor& student, const GoldDevicePlan& plan, Tensor& local_max, Tensor& partial_sum);
+void rescale_sums(const Tensor& local_max, const Tensor& global_max, Tensor& partial_sum);
+void finish_lse(const Tensor& global_max, const Tensor& partial_sum, Tensor& lse);
+// ls_buffer f32 [C, V_valid] (scratch); candidates f32 [C, candidate_columns(m)]: the local top m LS values (not
+// exp) decreasing, their global ids, the common KL part
+void chunk_pass(const Tensor& student, const GoldDevicePlan& plan, const Tensor& lse, Tensor& ls_buffer,
+                Tensor& candidates);
+// gathered f32 [ranks, C, candidate_columns(m)] -> winner_column i32 [C, m] (local column or -1), winner_grad f32
+// [C, m], chunk_g f32 [C] (G_c), chunk_loss f32 [C]
+void merge(const Tensor& gathered, int64_t ranks, const GoldDevicePlan& plan, int64_t vocab_valid,
+           Tensor& winner_column, Tensor& winner_grad, Tensor& chunk_g, Tensor& chunk_loss);
+void backward(const Tensor& student, const GoldDevicePlan& plan, const Tensor& lse, const Tensor& winner_column,
+              const Tensor& winner_grad, const Tensor& chunk_g, const Tensor& grad_output, double factor,
+              bool accumulate, Tensor& dstudent);
+}  // namespace cuda
+#endif
+
 }  // namespace retort::losses::kernels::gold

@@ -301,5 +301,27 @@ TEST(ChunkDistillationCuda, ChunkKLMatchesCpuOnARealisticAlignment) {
   expect_cuda_matches_cpu(kl_options());
 }
 
+TEST(ChunkDistillationCuda, GoldMatchesDenseReferenceAtTp124) {
+  SKIP_WITHOUT_GPU();
+  const ChunkProblem p = hand_made_problem();
+  for (int64_t top : {8192, 4, 8})
+    for (int tp : {1, 2, 4}) {
+      SCOPED_TRACE("m " + std::to_string(top));
+      expect_matches_reference(p, gold_options(top), tp, DType::F32, 1e-5, 1e-4, Device::cuda(0));
+      expect_matches_reference(p, gold_options(top), tp, DType::BF16, 2e-2, 5e-2, Device::cuda(0));
+    }
+  ChunkDistillationOptions o = gold_options(6);
+  o.temperature = 1.5;
+  o.kd_ratio = 0.5;
+  for (int tp : {1, 2}) expect_matches_reference(p, o, tp, DType::F32, 1e-5, 1e-4, Device::cuda(0));
+}
+
+TEST(ChunkDistillationCuda, GoldMatchesCpuOnARealisticAlignment) {
+  SKIP_WITHOUT_GPU();
+  // m below and above the shard's uncommon ids (the local top m then takes them all).
+  expect_cuda_matches_cpu(gold_options(64));
+  expect_cuda_matches_cpu(gold_options(4000));
+}
+
 }  // namespace
 }  // namespace retort::chunk_testing

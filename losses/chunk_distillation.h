@@ -66,11 +66,12 @@ struct VocabProjection {
 
 // The teacher's sparse distributions at its prediction positions.
 struct ChunkTeacherTargets {
-  Tensor ids;       // i32 [N_t, K]: global teacher ids, distinct within a row
+  Tensor ids;       // i32 [N_t, K] (or [..., K]): global teacher ids, distinct within a row
   Tensor logprobs;  // f32 [N_t, K]: log p at temperature T over the full teacher vocabulary (-inf allowed)
 };
 
 struct ChunkAssignment {
+  // Chunk ids are per call: a batch of several texts numbers its chunks 0..chunk_count-1 across all of them.
   Tensor student_chunk;  // i32 [N_s]: chunk id of each student prediction position, -1 = in no chunk
   Tensor teacher_chunk;  // i32 [N_t]: the same for the teacher's positions
   int64_t chunk_count = 0;

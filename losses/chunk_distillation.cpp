@@ -208,6 +208,22 @@ Tensor weighted_sum(const Tensor& kd, double kd_value, double w_kd, const Tensor
 
 }  // namespace
 
+int64_t valid_chunk_count(const ChunkAssignment& chunks) {
+  RETORT_INPUT_CHECK(chunks.student_chunk.defined() && chunks.teacher_chunk.defined() && chunks.chunk_count >= 0,
+                     "valid_chunk_count: the assignment needs both sides' chunk ids and a chunk_count");
+  std::vector<uint8_t> seen(static_cast<size_t>(chunks.chunk_count), 0);
+  auto mark = [&](const Tensor& ids, uint8_t bit) {
+    for (int32_t c : ids.to(Device::cpu()).to_ints()) {
+      RETORT_INPUT_CHECK(c >= -1 && c < chunks.chunk_count, "valid_chunk_count: chunk id {} is outside [-1, {})", c,
+                         chunks.chunk_count);
+      if (c >= 0) seen[static_cast<size_t>(c)] |= bit;
+    }
+  };
+  mark(chunks.student_chunk, 1);
+  mark(chunks.teacher_chunk, 2);
+  return std::count(seen.begin(), seen.end(), uint8_t{3});
+}
+
 ChunkDistillationResult chunk_distillation_loss(const Tensor& student, const Tensor& labels,
                                                 const ChunkTeacherTargets& teacher, const ChunkAssignment& chunks,
                                                 const VocabProjection& projection,

@@ -103,6 +103,10 @@ struct ChunkDistillationResult {
   double kd = 0, ce = 0;  // the parts, for metrics
 };
 
+// The number of valid chunks of an assignment (at least one student and one teacher position): what a caller sums
+// over data-parallel ranks and micro-batches, BEFORE any rank may skip work, to pass as options.normalizer.
+int64_t valid_chunk_count(const ChunkAssignment& chunks);
+
 // student [N_s, V_s_local] (or [..., V_s_local], rows flattened): f32 or bf16 on the CPU or CUDA, f64 on the CPU.
 // labels i32 [N_s] or undefined (then kd_ratio must be 1 and dynamic_ce_scaling off). The chunk ids, the teacher
 // targets and the projection may live on the host or on the student's device: the op reads them on the host (it

@@ -91,6 +91,7 @@ TEST(ChunkDistillation, ReferenceHasEveryChunkShape) {
   sum_options.normalizer = 1.0;
   EXPECT_NEAR(dense_reference(p, sum_options).loss, 5 * ref.loss, 1e-12);
   EXPECT_NEAR(one.kd, ref.loss, 1e-12);
+  EXPECT_EQ(losses::valid_chunk_count(p.chunks()), 5);
   // Rows in no valid chunk (s7: student-only chunk, s8: -1) get no gradient.
   for (int64_t j = 0; j < p.vocab; ++j) {
     EXPECT_EQ(ref.grad[7 * p.vocab + j], 0.0);

@@ -34,17 +34,18 @@ def make_problem(positions, vs, vt, k, dtype, device, seed=42):
                 sc.append(chunk)
         tc += [chunk] * nt
         chunk += 1
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    torch.manual_seed(seed)
     p = {"chunks": chunk, "teacher_rows": len(tc)}
     p["student_chunk"] = torch.tensor(sc, dtype=torch.long, device=device)
     p["teacher_chunk"] = torch.tensor(tc, dtype=torch.long, device=device)
-    p["logits"] = (torch.randn(positions, vs, generator=gen) * 2).to(dtype).to(device)
-    # K distinct teacher ids per position (the top k of random keys), log-probs holding 90% of the mass.
-    keys = torch.rand(len(tc), vt, generator=gen)
-    p["teacher_ids"] = keys.topk(k, dim=-1).indices.to(device)
+    p["logits"] = (torch.randn(positions, vs, device=device) * 2).to(dtype)
+    # K distinct teacher ids per position (the top k of random keys, drawn on the device), log-probs holding 90% of
+    # the mass.
+    keys = torch.rand(len(tc), vt, device=device)
+    p["teacher_ids"] = keys.topk(k, dim=-1).indices
     del keys
-    raw = torch.randn(len(tc), k, generator=gen) * 2
-    p["teacher_logprobs"] = (torch.log_softmax(raw, -1) + math.log(0.9)).to(device)
+    raw = torch.randn(len(tc), k, device=device) * 2
+    p["teacher_logprobs"] = torch.log_softmax(raw, -1) + math.log(0.9)
     # Projection rows: 1 entry (70%), 2 (20%), 3 (8%) or none (2%), weights 0.9 * 0.1^i normalised.
     rows, cols, vals, common_s, common_t, seen = [], [], [], [], [], set()
     for u in range(vs):

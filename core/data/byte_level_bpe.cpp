@@ -526,6 +526,13 @@ bool ByteLevelBpe::is_special(int32_t id) const {
   return id >= 0 && id < vocab_size() && special_[id];
 }
 
+std::string ByteLevelBpe::token_bytes(int32_t id) const {
+  RETORT_INPUT_CHECK(id >= 0 && id < vocab_size(), "token id {} is not in tokenizer '{}' (ids 0..{})", id, origin_,
+                     vocab_size() - 1);
+  if (!used_[id] || special_[id]) return {};
+  return token_bytes_[id];
+}
+
 std::optional<std::pair<int32_t, int32_t>> ByteLevelBpe::merge_of(int32_t left, int32_t right) const {
   const auto it = merges_.find(pair_key(left, right));
   if (it == merges_.end()) return std::nullopt;

@@ -70,6 +70,11 @@ class ByteLevelBpe {
   const std::string& token(int32_t id) const;
   std::optional<int32_t> token_id(std::string_view token) const;
   bool is_special(int32_t id) const;
+  // Whether some token has the id (a file's ids may leave holes).
+  bool is_used(int32_t id) const { return id >= 0 && id < vocab_size() && used_[id]; }
+  // The bytes the id stands for in text: the ByteLevel decoder's bytes of a token (possibly part of one UTF-8
+  // character), an added token's text; nothing for a special added token or an id no token has.
+  std::string token_bytes(int32_t id) const;
   const std::string& origin() const { return origin_; }
 
   // The rank and merged id of the pair (left, right), or nothing when the merges do not list it.

@@ -55,6 +55,9 @@ json corpus_key(const std::vector<fs::path>& files, const DatasetOptions& option
            {"tokenizer_seed", sampled ? json(options.seed) : json(nullptr)}};
   // Added only where they apply, so folders made before these options existed keep their key.
   if (any_jsonl) key["text_field"] = options.text_field;
+  if (given == nullptr && options.tokenizer_type != TokenizerModelType::kBpe) {
+    key["tokenizer_type"] = tokenizer_model_type_name(options.tokenizer_type);
+  }
   if (given != nullptr) {
     key["tokenizer_file"] = {{"path", fs::absolute(options.tokenizer).lexically_normal().string()},
                              {"fingerprint", given->fingerprint()}};
@@ -100,6 +103,15 @@ std::string source_differences(const json& made, const json& asked, const json& 
                                       made.value("text_field", json()).dump(),
                                       asked.value("text_field", json()).dump()));
   }
+  // A trained tokenizer's algorithm; the key is absent for BPE (folders made before unigram existed are BPE). A given
+  // tokenizer file has none: its fingerprint below tells.
+  const auto trained_type = [](const json& key) {
+    return key.contains("tokenizer_file") ? json() : key.value("tokenizer_type", json("bpe"));
+  };
+  if (trained_type(made) != trained_type(asked) && !trained_type(made).is_null() && !trained_type(asked).is_null()) {
+    differences.push_back(fmt::format("its tokenizer is a {} tokenizer, this config asks for data.tokenizer_type={}",
+                                      trained_type(made).get<std::string>(), trained_type(asked).get<std::string>()));
+  }
   // A given tokenizer counts by its bytes: the same file moved elsewhere is the same tokenizer.
   const json made_file = made.value("tokenizer_file", json()), asked_file = asked.value("tokenizer_file", json());
   const auto fingerprint_of = [](const json& file) {
@@ -130,6 +142,8 @@ std::string suggested_folder(const DatasetOptions& options) {
   fs::path folder = options.data_dir.parent_path() / name;
   if (folder.lexically_normal() == options.data_dir.lexically_normal())
     folder += fmt::format("-v{}", options.vocab_size);
+  if (options.tokenizer.empty() && options.tokenizer_type != TokenizerModelType::kBpe)
+    folder += std::string("-") + tokenizer_model_type_name(options.tokenizer_type);
   return folder.string();
 }
 
@@ -347,9 +361,12 @@ PreparedDataset prepare_token_dataset(const DatasetOptions& given_options) {
                    given->fingerprint(), given->vocab_size());
       tokenizer = Tokenizer::load(copy_tokenizer_file(options.tokenizer, options.data_dir));
     } else {
-      spdlog::info("data: training a BPE tokenizer (vocab {}) on {} documents", options.vocab_size, documents.size());
-      tokenizer = Tokenizer::train(
-          documents, {.vocab_size = options.vocab_size, .model_path = tokenizer_path, .seed = options.seed});
+      spdlog::info("data: training a {} tokenizer (vocab {}) on {} documents",
+                   tokenizer_model_type_name(options.tokenizer_type), options.vocab_size, documents.size());
+      tokenizer = Tokenizer::train(documents, {.vocab_size = options.vocab_size,
+                                               .model_path = tokenizer_path,
+                                               .seed = options.seed,
+                                               .model_type = options.tokenizer_type});
     }
     building = json{{"format", "retort-token-dataset"}, {"version", kManifestVersion},
                     {"corpus_spec", options.corpus},    {"corpus", corpus},

@@ -5,17 +5,18 @@
 // The folder holds its tokenizer (tokenizer.model; a given tokenizer.json is kept as tokenizer.json, with the
 // tokenizer_config.json beside it), train_NNN.bin, val_NNN.bin and manifest.json. The manifest records
 // what the folder was made from (corpus files with sizes and content hashes, vocab size, the JSON-lines text
-// field, a given tokenizer file) and what it holds (tokenizer fingerprint, split settings and seed, shard names
-// and counts). The tokenizer of a folder is made once and never replaced: runs trained on the folder rely on it
-// (and eval reads its validation split), so a call whose corpus, vocab size or tokenizer differs from the
-// manifest's is an InputError that says what differs and to give another folder. Only the shards follow the
-// split settings: a new seed, val_fraction or shard size rebuilds them with the same tokenizer.
+// field, the trained tokenizer's type, a given tokenizer file) and what it holds (tokenizer fingerprint, split settings
+// and seed, shard names and counts). The tokenizer of a folder is made once and never replaced: runs trained on the
+// folder rely on it (and eval reads its validation split), so a call whose corpus, vocab size or tokenizer differs from
+// the manifest's is an InputError that says what differs and to give another folder. Only the shards follow the split
+// settings: a new seed, val_fraction or shard size rebuilds them with the same tokenizer.
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/data/corpus.h"
+#include "core/data/tokenizer.h"
 
 namespace retort::data {
 
@@ -33,6 +34,9 @@ struct DatasetOptions {
   std::string val_shards{};
   std::filesystem::path data_dir{};
   int64_t vocab_size = 8192;  // with a tokenizer file: its ids, or 0 for "whatever the file has"
+  // The algorithm of the tokenizer trained on the corpus (ignored with a tokenizer file). Recorded in the manifest,
+  // so a folder made with one type is refused for the other.
+  TokenizerModelType tokenizer_type = TokenizerModelType::kBpe;
   // Share of the tokens held out for validation, chosen as whole documents. 5% of the fortunes corpus
   // (about 40k tokens) is enough for a stable validation loss while leaving the rest for training. 0: no
   // validation split (val_shards is empty).

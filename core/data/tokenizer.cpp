@@ -90,9 +90,9 @@ class SentenceList : public sentencepiece::SentenceIterator {
   std::string current_;
 };
 
-std::unordered_map<std::string, std::string> trainer_arguments(int64_t vocab_size) {
+std::unordered_map<std::string, std::string> trainer_arguments(int64_t vocab_size, TokenizerModelType type) {
   return {
-      {"model_type", "bpe"},
+      {"model_type", tokenizer_model_type_name(type)},
       {"vocab_size", std::to_string(vocab_size)},
       {"hard_vocab_limit", "true"},
       {"byte_fallback", "true"},
@@ -113,6 +113,9 @@ std::unordered_map<std::string, std::string> trainer_arguments(int64_t vocab_siz
       {"model_prefix", ""},
   };
 }
+
+// SentencePiece's stand-in for a space inside pieces, U+2581.
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";
 
 // A SentencePiece model (retort's own, or one given as data.tokenizer).
 class SentencePieceBackend final : public TokenizerBackend {
@@ -149,6 +152,28 @@ class SentencePieceBackend final : public TokenizerBackend {
     return text;
   }
   std::string piece(int32_t id) const override { return processor_->IdToPiece(id); }
+  std::string token_bytes(int32_t id) const override {
+    if (is_special(id)) return {};
+    const std::string& piece = processor_->IdToPiece(id);
+    if (processor_->IsByte(id)) {
+      // "<0xNN>": the byte is the two hex digits.
+      return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+    }
+    std::string bytes;
+    bytes.reserve(piece.size());
+    for (size_t at = 0; at < piece.size();) {
+      if (piece.compare(at, kSpaceMarker.size(), kSpaceMarker) == 0) {
+        bytes += ' ';
+        at += kSpaceMarker.size();
+      } else {
+        bytes += piece[at++];
+      }
+    }
+    return bytes;
+  }
+  bool is_special(int32_t id) const override {
+    return processor_->IsControl(id) || processor_->IsUnknown(id) || processor_->IsUnused(id);
+  }
   int64_t vocab_size() const override { return processor_->GetPieceSize(); }
   const char* kind() const override { return "sentencepiece"; }
   int32_t eos_id() const { return processor_->eos_id(); }
@@ -174,6 +199,8 @@ class ByteLevelBpeBackend final : public TokenizerBackend {
     return bpe_.decode(ids, skip_special_tokens);
   }
   std::string piece(int32_t id) const override { return bpe_.token(id); }
+  std::string token_bytes(int32_t id) const override { return bpe_.token_bytes(id); }
+  bool is_special(int32_t id) const override { return bpe_.is_special(id) || !bpe_.is_used(id); }
   int64_t vocab_size() const override { return bpe_.vocab_size(); }
   const char* kind() const override { return "tokenizer.json"; }
   const ByteLevelBpe& bpe() const { return bpe_; }
@@ -226,6 +253,16 @@ bool is_tokenizer_json(const fs::path& path, std::string_view bytes) {
 
 }  // namespace
 
+const char* tokenizer_model_type_name(TokenizerModelType type) {
+  return type == TokenizerModelType::kUnigram ? "unigram" : "bpe";
+}
+
+TokenizerModelType parse_tokenizer_model_type(std::string_view name, std::string_view key) {
+  if (name == "bpe") return TokenizerModelType::kBpe;
+  if (name == "unigram") return TokenizerModelType::kUnigram;
+  throw InputError(fmt::format("{} = '{}' is not a tokenizer type: give bpe or unigram", key, name));
+}
+
 Tokenizer::Tokenizer(std::string model_bytes, fs::path model_path) : model_path_(std::move(model_path)) {
   if (is_tokenizer_json(model_path_, model_bytes)) {
     auto backend = std::make_unique<ByteLevelBpeBackend>(model_bytes, model_path_);
@@ -266,19 +303,21 @@ Tokenizer Tokenizer::train(std::span<const std::string> documents, const Tokeniz
   const auto start = std::chrono::steady_clock::now();
   SentenceList iterator(sentences);
   std::string model_bytes;
-  const auto status =
-      sentencepiece::SentencePieceTrainer::Train(trainer_arguments(options.vocab_size), &iterator, &model_bytes);
+  const auto status = sentencepiece::SentencePieceTrainer::Train(
+      trainer_arguments(options.vocab_size, options.model_type), &iterator, &model_bytes);
   RETORT_INPUT_CHECK(status.ok(),
-                     "training the tokenizer '{}' (BPE, vocab size {}) failed: {}. If the vocabulary is too large "
+                     "training the tokenizer '{}' ({}, vocab size {}) failed: {}. If the vocabulary is too large "
                      "for this corpus, lower the vocab size or give more text",
-                     options.model_path.string(), options.vocab_size, status.ToString());
+                     options.model_path.string(), tokenizer_model_type_name(options.model_type), options.vocab_size,
+                     status.ToString());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   if (options.model_path.has_parent_path()) fs::create_directories(options.model_path.parent_path());
   write_file_atomic(options.model_path, model_bytes);
   Tokenizer tokenizer(std::move(model_bytes), options.model_path);
-  spdlog::info("tokenizer: trained BPE vocab {} on {} sentences in {:.1f} s -> {} (fingerprint {})",
-               tokenizer.vocab_size(), sentences.size(), seconds, options.model_path.string(), tokenizer.fingerprint());
+  spdlog::info("tokenizer: trained {} vocab {} on {} sentences in {:.1f} s -> {} (fingerprint {})",
+               tokenizer_model_type_name(options.model_type), tokenizer.vocab_size(), sentences.size(), seconds,
+               options.model_path.string(), tokenizer.fingerprint());
   return tokenizer;
 }
 
@@ -350,6 +389,18 @@ std::string Tokenizer::piece(int32_t id) const {
   RETORT_INPUT_CHECK(id >= 0 && id < vocab_size_, "token id {} is outside tokenizer '{}' (ids 0..{})", id,
                      model_path_.string(), vocab_size_ - 1);
   return backend_->piece(id);
+}
+
+std::string Tokenizer::token_bytes(int32_t id) const {
+  RETORT_INPUT_CHECK(id >= 0 && id < vocab_size_, "token id {} is outside tokenizer '{}' (ids 0..{})", id,
+                     model_path_.string(), vocab_size_ - 1);
+  return backend_->token_bytes(id);
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  RETORT_INPUT_CHECK(id >= 0 && id < vocab_size_, "token id {} is outside tokenizer '{}' (ids 0..{})", id,
+                     model_path_.string(), vocab_size_ - 1);
+  return backend_->is_special(id);
 }
 
 const char* Tokenizer::kind() const {

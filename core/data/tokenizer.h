@@ -1,7 +1,7 @@
 #pragma once
-// The framework's tokenizer: a SentencePiece BPE model that retort trains itself from a corpus, or a Hugging Face
-// tokenizer.json (byte-level BPE: GPT-2, Llama-3, Qwen2/Qwen3; see byte_level_bpe.h) made elsewhere. Both kinds
-// sit behind the same class, so data shards, generate, eval and the run's tokenizer copy take either.
+// The framework's tokenizer: a SentencePiece model (BPE or unigram) that retort trains itself from a corpus, or a
+// Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama-3, Qwen2/Qwen3; see byte_level_bpe.h) made elsewhere. Both
+// kinds sit behind the same class, so data shards, generate, eval and the run's tokenizer copy take either.
 //
 // Choices made for training (all recorded in the model file):
 //  - identity normalization, no extra-whitespace removal, no dummy prefix: decode(encode(text)) == text
@@ -31,6 +31,17 @@ struct TokenizedText {
   std::vector<CharOffsets> offsets;
 };
 
+// The SentencePiece algorithm a trained tokenizer uses. BPE merges the most frequent pairs; unigram starts from many
+// candidate pieces and prunes those whose removal costs the corpus' likelihood least, then encodes each text as its
+// most likely segmentation. The same text cut two ways is what cross-tokenizer distillation is tested on.
+enum class TokenizerModelType { kBpe, kUnigram };
+
+// "bpe" or "unigram".
+const char* tokenizer_model_type_name(TokenizerModelType type);
+// The type a name of tokenizer_model_type_name stands for; anything else is an InputError naming `key` (the config
+// key that gave it) and the allowed values.
+TokenizerModelType parse_tokenizer_model_type(std::string_view name, std::string_view key);
+
 struct TokenizerTrainOptions {
   // Exact size of the trained vocabulary; a corpus too small to support it is an InputError that says the
   // largest size it supports. Must leave room for the 256 byte pieces and the corpus's characters.
@@ -41,6 +52,8 @@ struct TokenizerTrainOptions {
   // the budget is used whole and the seed has no effect.
   uint64_t seed = 0;
   int64_t max_training_bytes = int64_t{256} << 20;
+  // Both types share every choice above (identity normalization, byte fallback, <unk> 0, </s> 1).
+  TokenizerModelType model_type = TokenizerModelType::kBpe;
 };
 
 class Tokenizer {
@@ -72,6 +85,19 @@ class Tokenizer {
   // The piece text of one id (byte pieces read "<0x0A>"; tokenizer.json tokens as the file writes them, "Ġthe"),
   // for logs and debugging.
   std::string piece(int32_t id) const;
+  // The exact UTF-8 bytes the id stands for inside a text, so that concatenating token_bytes over encode(text) gives
+  // the text back byte for byte (what a cross-tokenizer map compares, and what bits per byte counts):
+  //  - SentencePiece: the piece with U+2581 read as a space; a byte-fallback piece (<0xNN>) its single byte; the
+  //    control pieces (</s>, <s>, <pad>) and <unk> nothing. Unlike decode({id}), no leading space is dropped for a
+  //    model with a dummy prefix, and a lone byte is not replaced by U+FFFD.
+  //  - tokenizer.json: the token's bytes after the ByteLevel decoder (possibly part of one UTF-8 character, never
+  //    replaced by U+FFFD); special added tokens nothing (a non-special added token is its text); an id no token
+  //    has (a hole in the file's ids) nothing.
+  // An id outside [0, vocab_size) is an InputError naming it.
+  std::string token_bytes(int32_t id) const;
+  // True when the id stands for no text of a document: SentencePiece's control pieces and <unk>, a tokenizer.json's
+  // special added tokens and the ids no token has. Such ids have empty token_bytes; the converse need not hold.
+  bool is_special(int32_t id) const;
   // "sentencepiece" or "tokenizer.json".
   const char* kind() const;
 

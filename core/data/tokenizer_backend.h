@@ -19,6 +19,9 @@ class TokenizerBackend {
   // The ids are already checked against the vocabulary.
   virtual std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const = 0;
   virtual std::string piece(int32_t id) const = 0;
+  // The id is already checked against the vocabulary. See Tokenizer::token_bytes and Tokenizer::is_special.
+  virtual std::string token_bytes(int32_t id) const = 0;
+  virtual bool is_special(int32_t id) const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual const char* kind() const = 0;
 };

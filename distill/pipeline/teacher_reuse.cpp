@@ -31,6 +31,7 @@ void check_teacher_matches(const fs::path& teacher_dir, const ResolvedConfig& te
       {"data.corpus", "data.corpus"},
       {"data.dir", "data.dir"},
       {"data.vocab_size", "data.vocab_size"},
+      {"data.tokenizer_type", "data.tokenizer_type"},
       {"data.val_fraction", "data.val_fraction"},
       {"run.seed", "run.seed"},
   };

@@ -32,6 +32,10 @@ ConfigSchema training_schema(const std::string& default_run_dir) {
                "a tokenizer file used as it is instead of training one: a SentencePiece .model or a Hugging Face "
                "tokenizer.json (byte-level BPE; its vocabulary, added tokens included, must have data.vocab_size "
                "ids); empty: train a BPE tokenizer on data.corpus");
+  s.add_string("data.tokenizer_type", "bpe",
+               "the SentencePiece algorithm of the tokenizer trained on data.corpus: bpe or unigram (ignored with "
+               "data.tokenizer); a data.dir made with the other type is refused")
+      .choices({"bpe", "unigram"});
   s.add_string("data.shards", "",
                "pre-tokenized training shards in llm.c's .bin format, used as they are (a file or a glob, e.g. "
                "'fineweb10B/*_train_*.bin'); set, they replace data.corpus (leave it at its default or '') and "
@@ -161,6 +165,7 @@ data::DatasetOptions dataset_options_from(const ResolvedConfig& c) {
                                                            {"data.val_fraction", &data::DatasetOptions::val_fraction},
                                                            {"run.seed", &data::DatasetOptions::seed}};
   data::DatasetOptions options = binding.read(c);
+  options.tokenizer_type = data::parse_tokenizer_model_type(c.get_string("data.tokenizer_type"), "data.tokenizer_type");
   // A fine-tuned Hugging Face model reads its own tokenizer, and the vocabulary is the tokenizer's.
   if (const std::string from = c.get_string("model.from"); !from.empty()) {
     if (options.tokenizer.empty()) options.tokenizer = std::filesystem::path(from) / "tokenizer.json";

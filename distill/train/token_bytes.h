@@ -9,7 +9,10 @@
 //   - the end-of-document token (</s>) and other control pieces (<unk>, <s>, <pad>): no bytes. They stand for no
 //     text of the documents; their loss still counts (predicting where a document ends is part of the task), so
 //     a corpus of many short documents reads slightly worse per byte than the same text as one document.
-// The sum over a token stream is therefore the byte size of the stream decoded document by document.
+//   - a tokenizer.json token: its decoded bytes, also when they are part of one UTF-8 character (decoded alone such a
+//     token reads U+FFFD, 3 bytes); special tokens (<|endoftext|>, <|im_start|>) no bytes.
+// That is data::Tokenizer::token_bytes. The sum over a token stream is therefore the byte size of the stream decoded
+// document by document.
 #include <cstdint>
 #include <span>
 #include <vector>

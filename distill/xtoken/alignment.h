@@ -31,6 +31,10 @@ struct SideTokens {
   std::vector<int32_t> ids;
   std::vector<ByteSpan> spans;     // one per id
   std::vector<SpecialRole> roles;  // one per id
+  // One per id, or empty (none): true where the token's bytes are not the text's bytes of its span, because the
+  // tokenizer normalised them (NFC composes e + U+0301 into one é whose offsets point at the e alone). A chunk that
+  // holds such a token is not correct: its two sides do not read the same bytes.
+  std::vector<uint8_t> altered;
 };
 
 struct Chunk {
@@ -57,6 +61,13 @@ struct StringAlignmentOptions {
 // Canonical strings: the bytes each token stands for (a leading space marker of any tokenizer is a space byte,
 // byte pieces are their byte); specials are empty strings and are paired by role as above.
 Alignment align_by_strings(std::span<const std::string> student, std::span<const std::string> teacher,
+                           const StringAlignmentOptions& options = {});
+// The same with each token's role: specials pair only with a special of the same role (the overload above takes an
+// empty string for a special of role kOther and any other string for text). Tokens whose strings are equal are
+// matched; runs of unmatched tokens whose concatenations are equal (an N:M chunk such as "ab" "c" against "a" "bc")
+// become chunks cut at every byte position both sides share, as align_by_offsets would cut them.
+Alignment align_by_strings(std::span<const std::string> student, std::span<const SpecialRole> student_roles,
+                           std::span<const std::string> teacher, std::span<const SpecialRole> teacher_roles,
                            const StringAlignmentOptions& options = {});
 
 // The chunk of each position's PREDICTION: logits at position p predict token p + 1, so they belong to the chunk of

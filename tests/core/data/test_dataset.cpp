@@ -221,6 +221,43 @@ TEST_F(DataDataset, AnotherCorpusOrVocabIsRefusedAndTheFolderKept) {
   folder_unchanged();
 }
 
+// data.tokenizer_type is part of what a folder was made from: a BPE folder is not reused for unigram, nor the other
+// way round, and a unigram folder is reused for unigram.
+TEST_F(DataDataset, AFolderMadeWithOneTokenizerTypeIsRefusedForTheOther) {
+  options_.vocab_size = 300;  // unigram finds fewer candidate pieces in this small corpus than BPE
+  const PreparedDataset bpe = prepare_token_dataset(options_);
+  DatasetOptions unigram = options_;
+  unigram.tokenizer_type = TokenizerModelType::kUnigram;
+  std::string message = message_of([&] { prepare_token_dataset(unigram); });
+  EXPECT_NE(message.find("its tokenizer is a bpe tokenizer, this config asks for data.tokenizer_type=unigram"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("data.dir=" + (folder_.path() / "corpus").string() + "-unigram"), std::string::npos)
+      << message;
+
+  unigram.data_dir = folder_.path() / "unigram";
+  const PreparedDataset made = prepare_token_dataset(unigram);
+  EXPECT_NE(made.tokenizer_fingerprint, bpe.tokenizer_fingerprint);
+  EXPECT_EQ(made.vocab_size, 300);
+  EXPECT_TRUE(prepare_token_dataset(unigram).reused_shards);
+  DatasetOptions back = unigram;
+  back.tokenizer_type = TokenizerModelType::kBpe;
+  message = message_of([&] { prepare_token_dataset(back); });
+  EXPECT_NE(message.find("its tokenizer is a unigram tokenizer, this config asks for data.tokenizer_type=bpe"),
+            std::string::npos)
+      << message;
+  // The documents come back exactly through the unigram tokenizer too.
+  const Tokenizer tokenizer = Tokenizer::load(made.tokenizer_path);
+  int64_t tokens = 0;
+  std::vector<std::string> decoded = documents_in(made.train_shards, tokenizer, &tokens);
+  const std::vector<std::string> val = documents_in(made.val_shards, tokenizer, &tokens);
+  decoded.insert(decoded.end(), val.begin(), val.end());
+  std::vector<std::string> expected = documents_;
+  std::sort(decoded.begin(), decoded.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(decoded, expected);
+}
+
 TEST_F(DataDataset, AReplacedOrMissingTokenizerIsRefusedNotRetrained) {
   const PreparedDataset first = prepare_token_dataset(options_);
   const std::string original = read_bytes(first.tokenizer_path);

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -146,6 +147,48 @@ TEST_F(DataTokenizerTrained, EndOfDocumentDecodesToNothing) {
   for (const int32_t id : tok.encode("the dog.\n</s>\n")) EXPECT_NE(id, tok.eos_id()) << "the text '</s>' is not eos";
 }
 
+// token_bytes of a SentencePiece model: a text piece is its text with U+2581 as a space (what decode gives for it
+// alone, the model having no dummy prefix), a byte piece its byte, control pieces nothing; laid end to end over
+// encode(text) they are the text, byte for byte, also where text falls back to bytes.
+TEST_F(DataTokenizerTrained, TokenBytesSpellTheTextByteForByte) {
+  const Tokenizer& tok = *tokenizer_;
+  int byte_pieces = 0, spaced_pieces = 0;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    const std::string bytes = tok.token_bytes(id);
+    const std::string piece = tok.piece(id);
+    if (id == 0 || id == tok.eos_id()) {
+      EXPECT_TRUE(tok.is_special(id)) << piece;
+      EXPECT_TRUE(bytes.empty()) << piece;
+      continue;
+    }
+    EXPECT_FALSE(tok.is_special(id)) << piece;
+    if (id >= 2 && id < 2 + 256) {  // <0x00>..<0xFF> follow the two specials
+      ++byte_pieces;
+      EXPECT_EQ(bytes, std::string(1, static_cast<char>(id - 2))) << piece;
+      continue;
+    }
+    const int32_t one[] = {id};
+    EXPECT_EQ(bytes, tok.decode(one)) << piece;
+    if (piece.find("\xE2\x96\x81") != std::string::npos) {
+      ++spaced_pieces;
+      EXPECT_NE(bytes.find(' '), std::string::npos) << piece;
+    }
+  }
+  EXPECT_EQ(byte_pieces, 256);
+  EXPECT_GT(spaced_pieces, 10) << "pieces starting a word carry the space marker";
+  std::vector<std::string> texts = {read_bytes(fs::path(RETORT_SOURCE_DIR) / "tests/data/hf/tokenizers/stress.txt")};
+  for (const char* name : {"fortunes", "computers", "art"})
+    texts.push_back(read_bytes(fs::path("/usr/share/games/fortunes") / name));
+  texts.push_back(std::string("control bytes \x01\x02\x7f and a NUL \0 inside", 37));
+  for (const std::string& text : texts) {
+    ASSERT_FALSE(text.empty());
+    std::string spelled;
+    for (const int32_t id : tok.encode(text)) spelled += tok.token_bytes(id);
+    EXPECT_TRUE(spelled == text) << "the tokens' bytes must be the text (" << text.size() << " bytes)";
+  }
+  EXPECT_THROW(tok.token_bytes(400), InputError);
+}
+
 TEST_F(DataTokenizerTrained, LoadGivesTheSameTokenizer) {
   const Tokenizer loaded = Tokenizer::load(model_path());
   EXPECT_EQ(loaded.fingerprint(), tokenizer_->fingerprint());
@@ -183,6 +226,62 @@ TEST(DataTokenizer, VocabularyTooLargeForTheCorpusIsAnError) {
   EXPECT_THROW(
       Tokenizer::train(std::vector<std::string>{}, {.vocab_size = 400, .model_path = folder.path() / "t.model"}),
       InputError);
+}
+
+// A unigram tokenizer: the same exact vocabulary size, control ids and byte fallback as BPE, exact round trips, and
+// another segmentation of the same text than BPE's.
+TEST(DataTokenizer, UnigramTrainsRoundTripsAndCutsTextOtherwiseThanBpe) {
+  TempFolder folder;
+  // 340 ids: unigram's candidate pieces are substrings of the corpus' words, fewer than BPE can merge.
+  const std::vector<std::string> corpus = small_corpus(400);
+  const Tokenizer bpe = Tokenizer::train(corpus, {.vocab_size = 340, .model_path = folder.path() / "bpe.model"});
+  const Tokenizer unigram = Tokenizer::train(
+      corpus,
+      {.vocab_size = 340, .model_path = folder.path() / "unigram.model", .model_type = TokenizerModelType::kUnigram});
+  EXPECT_EQ(unigram.vocab_size(), 340);
+  EXPECT_EQ(unigram.eos_id(), 1);
+  EXPECT_EQ(unigram.piece(0), "<unk>");
+  EXPECT_EQ(unigram.piece(2 + 0x41), "<0x41>");
+  EXPECT_NE(unigram.fingerprint(), bpe.fingerprint());
+  // Deterministic, as BPE is.
+  const Tokenizer again = Tokenizer::train(
+      corpus,
+      {.vocab_size = 340, .model_path = folder.path() / "again.model", .model_type = TokenizerModelType::kUnigram});
+  EXPECT_EQ(again.fingerprint(), unigram.fingerprint());
+
+  const std::vector<std::string> texts = {
+      "the quick brown fox jumps over the lazy dog.\n",
+      "  leading spaces,   runs of spaces\tand tabs\n\n\nand blank lines\n",
+      "Ünïcödé: naïve café, 日本語のテキスト, emoji 🎉🚀, math ∑∫√\n",
+      std::string("control bytes \x01\x02\x7f and a NUL \0 inside", 37),
+      "to be or not to be, that is the question 2024.\n",
+  };
+  size_t differing = 0;
+  for (const std::string& text : texts) {
+    const std::vector<int32_t> ids = unigram.encode(text);
+    for (const int32_t id : ids) EXPECT_NE(id, 0) << "byte fallback leaves no <unk> in: " << text;
+    EXPECT_EQ(unigram.decode(ids), text);
+    std::string spelled;
+    for (const int32_t id : ids) spelled += unigram.token_bytes(id);
+    EXPECT_EQ(spelled, text);
+    // Segmentations compared as the pieces' texts (the two vocabularies number their pieces differently).
+    std::vector<std::string> unigram_pieces, bpe_pieces;
+    for (const int32_t id : ids) unigram_pieces.push_back(unigram.token_bytes(id));
+    for (const int32_t id : bpe.encode(text)) bpe_pieces.push_back(bpe.token_bytes(id));
+    differing += unigram_pieces != bpe_pieces;
+  }
+  EXPECT_GE(differing, 2u) << "unigram and BPE must cut some texts differently";
+  // The vocabularies differ too, not only the ids.
+  std::set<std::string> bpe_vocab, unigram_vocab;
+  for (int32_t id = 0; id < 340; ++id) bpe_vocab.insert(bpe.piece(id));
+  for (int32_t id = 0; id < 340; ++id) unigram_vocab.insert(unigram.piece(id));
+  EXPECT_NE(bpe_vocab, unigram_vocab);
+
+  EXPECT_EQ(parse_tokenizer_model_type("unigram", "data.tokenizer_type"), TokenizerModelType::kUnigram);
+  EXPECT_EQ(parse_tokenizer_model_type("bpe", "data.tokenizer_type"), TokenizerModelType::kBpe);
+  const std::string message = message_of([] { parse_tokenizer_model_type("wordpiece", "data.tokenizer_type"); });
+  EXPECT_NE(message.find("data.tokenizer_type = 'wordpiece'"), std::string::npos) << message;
+  EXPECT_NE(message.find("bpe or unigram"), std::string::npos) << message;
 }
 
 TEST(DataTokenizer, LongDocumentsAreNotDropped) {

@@ -131,6 +131,64 @@ TEST_P(TokenizerJsonParity, EveryFortunesFileEncodesAsHuggingFaceEncodesIt) {
   }
 }
 
+// token_bytes against decode: every id alone, then whole texts (the stress text and the first fortunes files), where
+// the tokens' bytes laid end to end must be the text itself, byte for byte.
+TEST_P(TokenizerJsonParity, TokenBytesOfEveryIdAreWhatDecodingGivesAndSpellTheText) {
+  const Tokenizer tokenizer = Tokenizer::load(GetParam().tokenizer);
+  int64_t specials = 0, partial_characters = 0;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    const std::string bytes = tokenizer.token_bytes(id);
+    const int32_t one[] = {id};
+    if (tokenizer.is_special(id)) {
+      ++specials;
+      ASSERT_TRUE(bytes.empty()) << "special id " << id;
+      ASSERT_TRUE(tokenizer.decode(one, /*skip_special_tokens=*/true).empty()) << "special id " << id;
+      continue;
+    }
+    ASSERT_FALSE(bytes.empty()) << "id " << id << " stands for some text";
+    const std::string decoded = tokenizer.decode(one);
+    // A token holding part of one UTF-8 character decodes alone to U+FFFD; its bytes are the raw ones.
+    if (decoded.find("\xEF\xBF\xBD") != std::string::npos && bytes.find("\xEF\xBF\xBD") == std::string::npos) {
+      ++partial_characters;
+      continue;
+    }
+    ASSERT_EQ(bytes, decoded) << "id " << id << " (" << tokenizer.piece(id) << ")";
+  }
+  EXPECT_GE(specials, 1) << "the eos token is special";
+  EXPECT_TRUE(tokenizer.is_special(tokenizer.eos_id()));
+  EXPECT_TRUE(tokenizer.token_bytes(tokenizer.eos_id()).empty());
+  if (tokenizer.vocab_size() > 100000) {
+    EXPECT_GT(partial_characters, 100) << "real vocabularies split characters";
+  }
+  EXPECT_THROW(tokenizer.token_bytes(static_cast<int32_t>(tokenizer.vocab_size())), InputError);
+  EXPECT_THROW(tokenizer.is_special(-1), InputError);
+
+  // The stress text with special tokens inside it: those stand for no text, so the bytes are the text decoded
+  // without them.
+  const std::string stress = read_bytes(kGoldens / "stress.txt");
+  const std::vector<int32_t> stress_ids = tokenizer.encode(stress);
+  std::string spelled_stress;
+  for (const int32_t id : stress_ids) spelled_stress += tokenizer.token_bytes(id);
+  EXPECT_EQ(spelled_stress, tokenizer.decode(stress_ids, /*skip_special_tokens=*/true));
+  // Texts with no special token and already in NFC (Qwen3 normalizes): the bytes are the text itself. The stress
+  // text loses its lines of special tokens and combining marks for that.
+  std::string plain_stress;
+  for (size_t at = 0; at < stress.size();) {
+    const size_t end = std::min(stress.find('\n', at), stress.size() - 1) + 1;
+    const std::string line = stress.substr(at, end - at);
+    if (line.find("<|") == std::string::npos && !line.starts_with("Combining")) plain_stress += line;
+    at = end;
+  }
+  std::vector<std::string> texts = {plain_stress};
+  for (const char* name : {"fortunes", "computers", "art", "goedel"}) texts.push_back(read_bytes(kFortunes / name));
+  for (const std::string& text : texts) {
+    ASSERT_FALSE(text.empty());
+    std::string spelled;
+    for (const int32_t id : tokenizer.encode(text)) spelled += tokenizer.token_bytes(id);
+    EXPECT_TRUE(spelled == text) << "the tokens' bytes must be the text (" << text.size() << " bytes)";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     HuggingFace, TokenizerJsonParity,
     ::testing::Values(Case{"tiny_gpt2_style", kGoldens / "tiny_gpt2_style/tokenizer.json", false},

@@ -141,6 +141,14 @@ TEST(TrainerConfig, UnknownKeysAndBadValuesNameTheKey) {
   expect_input_error({"model.norm=batchnorm"}, "model.norm");
   expect_input_error({"model.n_embd=100", "model.n_head=3"}, "model.n_embd");
   expect_input_error({"train.seq_len=256"}, "train.seq_len");
+  expect_input_error({"data.tokenizer_type=wordpiece"}, "data.tokenizer_type");
+  expect_input_error({"data.tokenizer_type=wordpiece"}, "bpe, unigram");
+}
+
+TEST(TrainerConfig, TokenizerTypeReachesTheDatasetOptions) {
+  EXPECT_EQ(dataset_options_from(resolve({})).tokenizer_type, data::TokenizerModelType::kBpe);
+  EXPECT_EQ(dataset_options_from(resolve({"data.tokenizer_type=unigram"})).tokenizer_type,
+            data::TokenizerModelType::kUnigram);
 }
 
 TEST(TrainerConfig, ShippedConfigResolves) {

@@ -264,6 +264,20 @@ Tensor weighted_sum(const Tensor& kd, double kd_value, double w_kd, const Tensor
 
 }  // namespace
 
+CommonIds common_ids_from_pairs(const Tensor& pairs) {
+  RETORT_INPUT_CHECK(pairs.defined() && pairs.dtype() == DType::I32 && pairs.ndim() == 2 && pairs.size(1) == 2,
+                     "common_ids_from_pairs: the pairs {} must be i32 [P, 2] of (student id, teacher id)",
+                     pairs.defined() ? pairs.describe() : "(undefined)");
+  const std::vector<int32_t> all = pairs.to(Device::cpu()).to_ints();
+  std::vector<int32_t> student, teacher;
+  for (size_t i = 0; i + 1 < all.size(); i += 2) {
+    student.push_back(all[i]);
+    teacher.push_back(all[i + 1]);
+  }
+  const int64_t n = static_cast<int64_t>(student.size());
+  return {Tensor::from_ints(student, {n}), Tensor::from_ints(teacher, {n})};
+}
+
 int64_t valid_chunk_count(const ChunkAssignment& chunks) {
   RETORT_INPUT_CHECK(chunks.student_chunk.defined() && chunks.teacher_chunk.defined() && chunks.chunk_count >= 0,
                      "valid_chunk_count: the assignment needs both sides' chunk ids and a chunk_count");

@@ -103,6 +103,9 @@ struct ChunkDistillationResult {
   double kd = 0, ce = 0;  // the parts, for metrics
 };
 
+// CommonIds from a pairs table i32 [P, 2] of (student id, teacher id) rows (distill/xtoken's common_ids form).
+CommonIds common_ids_from_pairs(const Tensor& pairs);
+
 // The number of valid chunks of an assignment (at least one student and one teacher position): what a caller sums
 // over data-parallel ranks and micro-batches, BEFORE any rank may skip work, to pass as options.normalizer.
 int64_t valid_chunk_count(const ChunkAssignment& chunks);

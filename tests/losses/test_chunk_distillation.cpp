@@ -92,6 +92,9 @@ TEST(ChunkDistillation, ReferenceHasEveryChunkShape) {
   EXPECT_NEAR(dense_reference(p, sum_options).loss, 5 * ref.loss, 1e-12);
   EXPECT_NEAR(one.kd, ref.loss, 1e-12);
   EXPECT_EQ(losses::valid_chunk_count(p.chunks()), 5);
+  const losses::CommonIds from_pairs = losses::common_ids_from_pairs(Tensor::from_ints({3, 4, 6, 8}, {2, 2}));
+  EXPECT_EQ(from_pairs.student_ids.to_ints(), (std::vector<int32_t>{3, 6}));
+  EXPECT_EQ(from_pairs.teacher_ids.to_ints(), (std::vector<int32_t>{4, 8}));
   // Rows in no valid chunk (s7: student-only chunk, s8: -1) get no gradient.
   for (int64_t j = 0; j < p.vocab; ++j) {
     EXPECT_EQ(ref.grad[7 * p.vocab + j], 0.0);

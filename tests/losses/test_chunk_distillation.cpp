@@ -35,12 +35,12 @@ ReferenceOptions reference_options(const ChunkDistillationOptions& o) {
 
 // Every rank's loss and local gradient at `tp`, on `device`, the logits stored as `dtype`.
 std::vector<RankResult> run_at(ChunkProblem p, int tp, const ChunkDistillationOptions& options, DType dtype,
-                               Device device = Device::cpu()) {
+                               Device device = Device::cpu(), bool three_d = false) {
   p.vocab_local = (p.vocab + tp - 1) / tp;
   std::vector<RankResult> results(static_cast<size_t>(tp));
   on_ranks(tp, device, false, [&](int rank, Device dev, std::shared_ptr<Communicator> transport) {
     results[static_cast<size_t>(rank)] = run_rank(
-        p, p.logits, false, rank, dtype, dev, transport, false, options,
+        p, p.logits, three_d, rank, dtype, dev, transport, false, options,
         [&](const Tensor& logits, const ChunkDistillationOptions& o) {
           const Tensor labels = Tensor::from_ints(p.labels, {p.rows});
           return losses::chunk_distillation_loss(logits, labels, p.teacher(), p.chunks(), p.projection(), o, p.common())
@@ -52,10 +52,10 @@ std::vector<RankResult> run_at(ChunkProblem p, int tp, const ChunkDistillationOp
 
 // The loss on every rank and each rank's gradient slice against the dense reference.
 void expect_matches_reference(const ChunkProblem& p, const ChunkDistillationOptions& options, int tp, DType dtype,
-                              double loss_tol, double grad_tol, Device device = Device::cpu()) {
-  SCOPED_TRACE("tp " + std::to_string(tp) + ", " + std::string(dtype_name(dtype)));
+                              double loss_tol, double grad_tol, Device device = Device::cpu(), bool three_d = false) {
+  SCOPED_TRACE("tp " + std::to_string(tp) + ", " + std::string(dtype_name(dtype)) + (three_d ? ", [2, T, V]" : ""));
   const DenseResult ref = dense_reference(p, reference_options(options));
-  const auto results = run_at(p, tp, options, dtype, device);
+  const auto results = run_at(p, tp, options, dtype, device, three_d);
   ChunkProblem shard = p;
   shard.vocab_local = (p.vocab + tp - 1) / tp;
   for (int rank = 0; rank < tp; ++rank) {
@@ -110,6 +110,9 @@ TEST(ChunkDistillation, ChunkKLMatchesDenseReferenceAtTp124) {
 TEST(ChunkDistillation, ChunkKLOnARandomAlignmentAtTp124) {
   const ChunkProblem p = random_problem(40, 97, 131, 6, 21);
   for (int tp : {1, 2, 4}) expect_matches_reference(p, kl_options(), tp, DType::F64, 1e-12, 1e-10);
+  // Student logits [batch, positions, V_s / tp]: the rows flattened.
+  expect_matches_reference(p, kl_options(), 2, DType::F64, 1e-12, 1e-10, Device::cpu(), true);
+  expect_matches_reference(p, gold_options(9), 2, DType::F64, 1e-12, 1e-10, Device::cpu(), true);
 }
 
 TEST(ChunkDistillation, ChunkKLCollectivesAreOneMaxAndOnePackedSum) {

@@ -1,5 +1,5 @@
 #pragma once
-// `retort distill train | topk | run`: off-policy distillation (docs/distillation.md).
+// `retort distill train | topk | run | align`: off-policy distillation (docs/distillation.md).
 #include <CLI/CLI.hpp>
 
 namespace retort::apps {

@@ -1,6 +1,10 @@
 // Training throughput of retort's GPT: forward, backward and an AdamW step on random tokens, timed after a
 // warm-up. bench/train_throughput_torch.py measures the PyTorch eager twin of the same model and batch;
 // bench/run_train_throughput.sh runs both in one go and prints the table for docs/benchmarks.md.
+// Under `retort launch --nproc N` the model is split over N tensor-parallel ranks, one GPU each (NCCL), every rank
+// on the same batch; tokens/s counts the batch once and the step time is the slowest rank's, peak memory is
+// per rank (the largest), and rank 0 prints the record:
+//   retort launch --nproc 2 --exec -- build/bench/bench_train_throughput --device cuda ...
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -12,10 +16,13 @@
 #include "bench/harness/json_lines.h"
 #include "bench/harness/pool_meter.h"
 #include "bench/harness/rank_device.h"
+#include "bench/harness/rank_reduction.h"
 #include "core/ops/ops.h"
 #include "core/tensor/device_runtime.h"
+#include "core/util/error.h"
 #include "losses/cross_entropy.h"
 #include "optim/adamw/adamw.h"
+#include "parallel/comm/rendezvous.h"
 #include "parallel/models/gpt_model.h"
 
 using namespace retort;
@@ -52,13 +59,23 @@ int main(int argc, char** argv) {
     config.qkv_bias = config.family == "qwen2";
     config.qk_norm = config.family == "qwen3";
   }
-  const Device device = Device::parse(device_text);
+  Device device = Device::parse(device_text);
+  const LaunchEnv env = read_launch_env();
+  std::shared_ptr<Communicator> tp_group;
+  std::shared_ptr<GlooCommunicator> world;
+  if (env.world_size > 1) {
+    RETORT_INPUT_CHECK(device.is_cuda(), "tensor-parallel throughput runs on GPUs: pass --device cuda");
+    world = connect_world(env, GlooOptions{});
+    device = Device::cuda(env.local_rank);
+    bench::use_gpu(device, env.rank);
+    tp_group = bench::collective_group(world, device);
+  }
   // The peak of the whole run (parameters, optimizer state, activations), as torch.cuda.max_memory_allocated
   // reports it for the twins.
   bench::PoolMeter memory(device);
   if (memory.available()) memory.start();
   const DType dtype = dtype_from_name(dtype_name_arg);
-  GptModel model(config);
+  GptModel model(config, tp_group);
   model.initialize(1);
   model.to(device);
   optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), 0.1), {});
@@ -86,6 +103,10 @@ int main(int argc, char** argv) {
     loss_value = loss.item();  // waits for the step: the timing covers the whole step
     if (i >= warmup) seconds += watch.seconds();
   }
+  // The slowest rank sets the pace of a tensor-parallel step; the largest rank's memory is the one that must fit.
+  seconds = bench::slowest_rank(world.get(), seconds);
+  const double peak_gib =
+      memory.available() ? bench::slowest_rank(world.get(), memory.extra() / double(1 << 30)) : -1.0;
   const double tokens_per_s = static_cast<double>(batch * config.block_size * steps) / seconds;
   const nlohmann::json out{
       {"framework", "retort"},
@@ -98,8 +119,11 @@ int main(int argc, char** argv) {
       {"tokens_per_s", tokens_per_s},
       {"ms_per_step", 1000.0 * seconds / steps},
       {"final_loss", loss_value},
-      {"peak_memory_gib", memory.available() ? nlohmann::json(memory.extra() / (1 << 30)) : nlohmann::json(nullptr)}};
+      {"tp", tp_group ? tp_group->size() : 1},
+      {"peak_memory_gib", memory.available() ? nlohmann::json(peak_gib) : nlohmann::json(nullptr)}};
   // stdout is the record: bench/run_train_throughput.sh collects the lines of both frameworks.
-  std::cout << bench::stamped(out, bench::record_origin(bench::device_name(device))).dump() << std::endl;
+  if (!tp_group || tp_group->rank() == 0)
+    std::cout << bench::stamped(out, bench::record_origin(bench::device_name(device))).dump() << std::endl;
+  bench::leave_together(device, tp_group.get());
   return 0;
 }

@@ -25,33 +25,89 @@ constexpr const char* kOp = "chunk_distillation_loss";
 
 #define RETORT_CHUNK_DISPATCH(device, fn, ...) RETORT_VOCAB_DISPATCH(k, device, fn, __VA_ARGS__)
 
+// What the KL plan needs of the projection over this rank's shard: its rows on the host, their sums (uploaded), and
+// the transpose of the shard's rows (teacher id -> local student columns and weights).
+struct ShardProjection {
+  HostProjection w;
+  std::vector<int32_t> t_offsets, t_column;
+  std::vector<double> t_weight, column_weight;
+  Tensor column_weight_device;  // stat dtype, on the student's device
+};
+
+ShardProjection shard_projection(const VocabProjection& projection, const vp::VocabShard& shard, DType stats,
+                                 Device device) {
+  ShardProjection sp;
+  sp.w = chunk_index::host_projection(projection, shard.total, kOp);
+  const HostProjection& w = sp.w;
+  const int64_t vt = projection.teacher_vocab, valid = shard.valid, start = shard.start;
+  sp.t_offsets.assign(static_cast<size_t>(vt) + 1, 0);
+  const int32_t e0 = w.row_offsets[static_cast<size_t>(start)];
+  const int32_t e1 = w.row_offsets[static_cast<size_t>(start + valid)];
+  for (int32_t e = e0; e < e1; ++e) ++sp.t_offsets[static_cast<size_t>(w.teacher_ids[static_cast<size_t>(e)]) + 1];
+  for (int64_t v = 0; v < vt; ++v) sp.t_offsets[static_cast<size_t>(v) + 1] += sp.t_offsets[static_cast<size_t>(v)];
+  sp.t_column.resize(static_cast<size_t>(e1 - e0));
+  sp.t_weight.resize(static_cast<size_t>(e1 - e0));
+  sp.column_weight.assign(static_cast<size_t>(valid), 0.0);
+  std::vector<int32_t> fill(sp.t_offsets.begin(), sp.t_offsets.end() - 1);
+  for (int64_t u = 0; u < valid; ++u)
+    for (int32_t e = w.row_offsets[static_cast<size_t>(start + u)];
+         e < w.row_offsets[static_cast<size_t>(start + u) + 1]; ++e) {
+      const size_t at = static_cast<size_t>(fill[static_cast<size_t>(w.teacher_ids[static_cast<size_t>(e)])]++);
+      sp.t_column[at] = static_cast<int32_t>(u);
+      sp.t_weight[at] = w.weights[static_cast<size_t>(e)];
+      sp.column_weight[static_cast<size_t>(u)] += w.weights[static_cast<size_t>(e)];
+    }
+  sp.column_weight_device = chunk_index::upload_reals(sp.column_weight, stats, device);
+  return sp;
+}
+
+// A projection is built once per tokenizer pair and passed to every step: the last one seen (per thread, as thread
+// ranks each hold their own shard) is kept with handles on its tensors, so it cannot be freed and replaced at the
+// same address. Its tensors must not be changed in place.
+const ShardProjection& cached_shard_projection(const VocabProjection& projection, const vp::VocabShard& shard,
+                                               DType stats, Device device) {
+  struct Entry {
+    Tensor row_offsets, teacher_ids, weights;
+    int64_t student_vocab = 0, teacher_vocab = 0, start = 0, valid = 0, total = 0;
+    DType stats = DType::F32;
+    Device device;
+    ShardProjection value;
+  };
+  thread_local Entry cache;
+  const bool hit = cache.row_offsets.defined() && projection.row_offsets.defined() &&
+                   cache.row_offsets.impl() == projection.row_offsets.impl() &&
+                   cache.teacher_ids.impl() == projection.teacher_ids.impl() &&
+                   cache.weights.impl() == projection.weights.impl() &&
+                   cache.student_vocab == projection.student_vocab && cache.teacher_vocab == projection.teacher_vocab &&
+                   cache.start == shard.start && cache.valid == shard.valid && cache.total == shard.total &&
+                   cache.stats == stats && cache.device == device;
+  if (!hit) {
+    cache.value = shard_projection(projection, shard, stats, device);  // throws on bad input before caching it
+    cache.row_offsets = projection.row_offsets;
+    cache.teacher_ids = projection.teacher_ids;
+    cache.weights = projection.weights;
+    cache.student_vocab = projection.student_vocab;
+    cache.teacher_vocab = projection.teacher_vocab;
+    cache.start = shard.start;
+    cache.valid = shard.valid;
+    cache.total = shard.total;
+    cache.stats = stats;
+    cache.device = device;
+  }
+  return cache.value;
+}
+
 // The KL plan of this rank's shard (chunk_distillation_kernels.h): for every S_c column, the local student ids that
 // map into it (through the projection's transpose), and the chunk's preimage columns with their weight outside S_c.
-k::ChunkPlan build_plan(const ChunkIndex& x, const HostProjection& w, const vp::VocabShard& shard, DType stats,
+k::ChunkPlan build_plan(const ChunkIndex& x, const ShardProjection& sp, const vp::VocabShard& shard, DType stats,
                         Device device) {
   using chunk_index::upload_ints;
   using chunk_index::upload_reals;
+  const HostProjection& w = sp.w;
+  const std::vector<int32_t>& t_offsets = sp.t_offsets;
+  const std::vector<int32_t>& t_column = sp.t_column;
+  const std::vector<double>& t_weight = sp.t_weight;
   const int64_t vt = x.teacher_vocab, valid = shard.valid, start = shard.start;
-  // The transpose of this shard's rows: teacher id -> (local student column, weight).
-  std::vector<int32_t> t_offsets(static_cast<size_t>(vt) + 1, 0);
-  const int32_t e0 = w.row_offsets[static_cast<size_t>(start)];
-  const int32_t e1 = w.row_offsets[static_cast<size_t>(start + valid)];
-  for (int32_t e = e0; e < e1; ++e) ++t_offsets[static_cast<size_t>(w.teacher_ids[static_cast<size_t>(e)]) + 1];
-  for (int64_t v = 0; v < vt; ++v) t_offsets[static_cast<size_t>(v) + 1] += t_offsets[static_cast<size_t>(v)];
-  std::vector<int32_t> t_column(static_cast<size_t>(e1 - e0));
-  std::vector<double> t_weight(static_cast<size_t>(e1 - e0));
-  std::vector<double> column_weight(static_cast<size_t>(valid), 0.0);
-  {
-    std::vector<int32_t> fill(t_offsets.begin(), t_offsets.end() - 1);
-    for (int64_t u = 0; u < valid; ++u)
-      for (int32_t e = w.row_offsets[static_cast<size_t>(start + u)];
-           e < w.row_offsets[static_cast<size_t>(start + u) + 1]; ++e) {
-        const size_t at = static_cast<size_t>(fill[static_cast<size_t>(w.teacher_ids[static_cast<size_t>(e)])]++);
-        t_column[at] = static_cast<int32_t>(u);
-        t_weight[at] = w.weights[static_cast<size_t>(e)];
-        column_weight[static_cast<size_t>(u)] += w.weights[static_cast<size_t>(e)];
-      }
-  }
 
   const size_t nc = static_cast<size_t>(x.chunks);
   std::vector<int32_t> slot_entries{0}, entry_column, chunk_pre{0}, pre_column, pre_entries{0}, pre_slot;
@@ -133,7 +189,7 @@ k::ChunkPlan build_plan(const ChunkIndex& x, const HostProjection& w, const vp::
   p.preimage_entries = upload_ints(std::move(pre_entries), device);
   p.preimage_entry_slot = upload_ints(std::move(pre_slot), device);
   p.preimage_entry_weight = upload_reals(std::move(pre_weight), stats, device);
-  p.column_weight = upload_reals(std::move(column_weight), stats, device);
+  p.column_weight = sp.column_weight_device;
   p.teacher_log = upload_reals(x.teacher_log, stats, device);
   p.teacher_log_rest = upload_reals(x.teacher_rest, stats, device);
   p.chunk_scale = upload_reals(std::move(scale), stats, device);
@@ -154,7 +210,7 @@ Tensor chunk_kl_loss(const Tensor& student_in, const ChunkIndex& x, const VocabP
                      const vp::VocabShard& shard, double denominator) {
   const Device device = student_in.device();
   const DType stats = vp::stat_dtype(student_in);
-  const HostProjection w = chunk_index::host_projection(projection, shard.total, kOp);
+  const ShardProjection& w = cached_shard_projection(projection, shard, stats, device);
   ChunkKLSaved s;
   s.shard = shard;
   s.plan = build_plan(x, w, shard, stats, device);
@@ -207,6 +263,36 @@ Tensor weighted_sum(const Tensor& kd, double kd_value, double w_kd, const Tensor
 }
 
 }  // namespace
+
+CommonIds common_ids_from_pairs(const Tensor& pairs) {
+  RETORT_INPUT_CHECK(pairs.defined() && pairs.dtype() == DType::I32 && pairs.ndim() == 2 && pairs.size(1) == 2,
+                     "common_ids_from_pairs: the pairs {} must be i32 [P, 2] of (student id, teacher id)",
+                     pairs.defined() ? pairs.describe() : "(undefined)");
+  const std::vector<int32_t> all = pairs.to(Device::cpu()).to_ints();
+  std::vector<int32_t> student, teacher;
+  for (size_t i = 0; i + 1 < all.size(); i += 2) {
+    student.push_back(all[i]);
+    teacher.push_back(all[i + 1]);
+  }
+  const int64_t n = static_cast<int64_t>(student.size());
+  return {Tensor::from_ints(student, {n}), Tensor::from_ints(teacher, {n})};
+}
+
+int64_t valid_chunk_count(const ChunkAssignment& chunks) {
+  RETORT_INPUT_CHECK(chunks.student_chunk.defined() && chunks.teacher_chunk.defined() && chunks.chunk_count >= 0,
+                     "valid_chunk_count: the assignment needs both sides' chunk ids and a chunk_count");
+  std::vector<uint8_t> seen(static_cast<size_t>(chunks.chunk_count), 0);
+  auto mark = [&](const Tensor& ids, uint8_t bit) {
+    for (int32_t c : ids.to(Device::cpu()).to_ints()) {
+      RETORT_INPUT_CHECK(c >= -1 && c < chunks.chunk_count, "valid_chunk_count: chunk id {} is outside [-1, {})", c,
+                         chunks.chunk_count);
+      if (c >= 0) seen[static_cast<size_t>(c)] |= bit;
+    }
+  };
+  mark(chunks.student_chunk, 1);
+  mark(chunks.teacher_chunk, 2);
+  return std::count(seen.begin(), seen.end(), uint8_t{3});
+}
 
 ChunkDistillationResult chunk_distillation_loss(const Tensor& student, const Tensor& labels,
                                                 const ChunkTeacherTargets& teacher, const ChunkAssignment& chunks,

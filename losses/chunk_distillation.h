@@ -66,11 +66,12 @@ struct VocabProjection {
 
 // The teacher's sparse distributions at its prediction positions.
 struct ChunkTeacherTargets {
-  Tensor ids;       // i32 [N_t, K]: global teacher ids, distinct within a row
+  Tensor ids;       // i32 [N_t, K] (or [..., K]): global teacher ids, distinct within a row
   Tensor logprobs;  // f32 [N_t, K]: log p at temperature T over the full teacher vocabulary (-inf allowed)
 };
 
 struct ChunkAssignment {
+  // Chunk ids are per call: a batch of several texts numbers its chunks 0..chunk_count-1 across all of them.
   Tensor student_chunk;  // i32 [N_s]: chunk id of each student prediction position, -1 = in no chunk
   Tensor teacher_chunk;  // i32 [N_t]: the same for the teacher's positions
   int64_t chunk_count = 0;
@@ -101,6 +102,13 @@ struct ChunkDistillationResult {
   Tensor loss;            // 0-dim, on the tape
   double kd = 0, ce = 0;  // the parts, for metrics
 };
+
+// CommonIds from a pairs table i32 [P, 2] of (student id, teacher id) rows (distill/xtoken's common_ids form).
+CommonIds common_ids_from_pairs(const Tensor& pairs);
+
+// The number of valid chunks of an assignment (at least one student and one teacher position): what a caller sums
+// over data-parallel ranks and micro-batches, BEFORE any rank may skip work, to pass as options.normalizer.
+int64_t valid_chunk_count(const ChunkAssignment& chunks);
 
 // student [N_s, V_s_local] (or [..., V_s_local], rows flattened): f32 or bf16 on the CPU or CUDA, f64 on the CPU.
 // labels i32 [N_s] or undefined (then kd_ratio must be 1 and dynamic_ce_scaling off). The chunk ids, the teacher

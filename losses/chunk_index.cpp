@@ -30,14 +30,14 @@ void check_chunk_ids(const std::vector<int32_t>& ids, int64_t chunk_count, std::
 ChunkIndex build_chunk_index(int64_t student_rows, const ChunkTeacherTargets& teacher, const ChunkAssignment& chunks,
                              int64_t teacher_vocab, std::string_view op) {
   RETORT_INPUT_CHECK(
-      teacher.ids.defined() && teacher.ids.dtype() == DType::I32 && teacher.ids.ndim() == 2 && teacher.ids.size(1) > 0,
-      "{}: teacher ids {} must be i32 [N_t, K] with K >= 1", op,
+      teacher.ids.defined() && teacher.ids.dtype() == DType::I32 && teacher.ids.ndim() >= 2 && teacher.ids.size(-1) > 0,
+      "{}: teacher ids {} must be i32 [N_t, K] (or [..., K], positions flattened) with K >= 1", op,
       teacher.ids.defined() ? teacher.ids.describe() : "(undefined)");
   RETORT_INPUT_CHECK(teacher.logprobs.defined() && is_floating(teacher.logprobs.dtype()) &&
                          teacher.logprobs.shape() == teacher.ids.shape(),
                      "{}: teacher log-probs {} must be floating and shaped like the teacher ids {}", op,
                      teacher.logprobs.defined() ? teacher.logprobs.describe() : "(undefined)", teacher.ids.describe());
-  const int64_t n_t = teacher.ids.size(0), k = teacher.ids.size(1);
+  const int64_t k = teacher.ids.size(-1), n_t = teacher.ids.numel() / k;
   RETORT_INPUT_CHECK(k < teacher_vocab,
                      "{}: K = {} teacher ids per position for a teacher vocabulary of {}: the rest bucket needs K < "
                      "V_t (check the projection's teacher_vocab)",

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/util/error.h"
+#include "distill/xtoken/token_clusters.h"
 
 namespace retort::distill::xtoken {
 namespace {
@@ -18,12 +19,17 @@ struct Unit {
   bool special = false;
   SpecialRole role = SpecialRole::kNone;
   int64_t begin = 0, end = 0;  // the union of the cluster's spans
+  bool altered = false;        // a token of the cluster does not read the text's bytes
 };
 
 void check_side(const SideTokens& side, const char* name) {
   if (side.spans.size() != side.ids.size() || side.roles.size() != side.ids.size()) {
     throw InputError(fmt::format("the {} side has {} ids, {} spans and {} roles: give one span and one role per id",
                                  name, side.ids.size(), side.spans.size(), side.roles.size()));
+  }
+  if (!side.altered.empty() && side.altered.size() != side.ids.size()) {
+    throw InputError(fmt::format("the {} side has {} ids and {} altered flags: give one flag per id, or none", name,
+                                 side.ids.size(), side.altered.size()));
   }
   for (size_t k = 0; k < side.spans.size(); ++k) {
     const ByteSpan& s = side.spans[k];
@@ -42,19 +48,20 @@ std::vector<Unit> units_of(const SideTokens& side) {
   for (size_t k = 0; k < side.ids.size(); ++k) {
     const auto token = static_cast<int32_t>(k);
     const ByteSpan& span = side.spans[k];
+    const bool altered = !side.altered.empty() && side.altered[k] != 0;
     if (side.roles[k] != SpecialRole::kNone) {
       units.push_back({token, token + 1, true, side.roles[k], span.begin, span.end});
       continue;
     }
-    // A text token joins the open cluster when it starts inside it, or stands for no bytes of its own.
-    if (!units.empty() && !units.back().special && (span.begin < units.back().end || span.begin == span.end)) {
+    if (!units.empty() && !units.back().special && joins_cluster(units.back().begin, units.back().end, span)) {
       Unit& u = units.back();
       u.last = token + 1;
       u.begin = std::min(u.begin, span.begin);
       u.end = std::max(u.end, span.end);
+      u.altered = u.altered || altered;
       continue;
     }
-    units.push_back({token, token + 1, false, SpecialRole::kNone, span.begin, span.end});
+    units.push_back({token, token + 1, false, SpecialRole::kNone, span.begin, span.end, altered});
   }
   return units;
 }
@@ -143,7 +150,7 @@ Alignment align_by_offsets(const SideTokens& student, const SideTokens& teacher)
     // The clusters overlap: take whole clusters from the side that ends first until both end at one byte. A side
     // whose next cluster leaves a hole in the text, or that has none left before the other side's end, closes the
     // chunk as not correct.
-    bool correct = a.begin == b.begin;
+    bool correct = a.begin == b.begin && !a.altered && !b.altered;
     int64_t s_end = a.end, t_end = b.end;
     size_t i2 = i + 1, j2 = j + 1;
     while (s_end != t_end) {
@@ -152,7 +159,7 @@ Alignment align_by_offsets(const SideTokens& student, const SideTokens& teacher)
           correct = false;
           break;
         }
-        if (s[i2].begin != s_end) correct = false;
+        if (s[i2].begin != s_end || s[i2].altered) correct = false;
         s_end = std::max(s_end, s[i2].end);
         ++i2;
       } else {
@@ -160,7 +167,7 @@ Alignment align_by_offsets(const SideTokens& student, const SideTokens& teacher)
           correct = false;
           break;
         }
-        if (t[j2].begin != t_end) correct = false;
+        if (t[j2].begin != t_end || t[j2].altered) correct = false;
         t_end = std::max(t_end, t[j2].end);
         ++j2;
       }

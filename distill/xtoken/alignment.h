@@ -31,6 +31,10 @@ struct SideTokens {
   std::vector<int32_t> ids;
   std::vector<ByteSpan> spans;     // one per id
   std::vector<SpecialRole> roles;  // one per id
+  // One per id, or empty (none): true where the token's bytes are not the text's bytes of its span, because the
+  // tokenizer normalised them (NFC composes e + U+0301 into one é whose offsets point at the e alone). A chunk that
+  // holds such a token is not correct: its two sides do not read the same bytes.
+  std::vector<uint8_t> altered;
 };
 
 struct Chunk {

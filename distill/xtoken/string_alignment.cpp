@@ -67,7 +67,7 @@ enum : uint8_t { kDiag, kStudentGap, kTeacherGap, kOneToMany = 8, kManyToOne = 1
 
 // Largest DP window (cells); a larger window is cut in two at a byte-proportional point (rare: two tokenizations
 // of one text have an anchor every few tokens).
-constexpr int64_t kMaxWindowCells = int64_t{1} << 24;
+constexpr int64_t kMaxWindowCells = int64_t{1} << 22;
 
 void needleman_wunsch(const Side& s, size_t s0, size_t s1, const Side& t, size_t t0, size_t t1,
                       const StringAlignmentOptions& options, std::vector<Move>& out) {
@@ -281,6 +281,33 @@ void chunks_from_moves(const Side& s, const Side& t, const std::vector<Move>& mo
   }
 }
 
+// Whether token k of a side starts inside a UTF-8 character (its first byte is a continuation byte): the pieces of
+// one character stay in one chunk, as the offset alignment keeps them.
+bool starts_mid_character(const Side& side, size_t k) {
+  for (; k < side.size() && !side.special(k); ++k) {
+    if (!side.strings[k].empty()) return (static_cast<unsigned char>(side.strings[k][0]) & 0xC0) == 0x80;
+  }
+  return false;
+}
+
+// Joins each chunk with the next while the boundary between them cuts a character on either side.
+void join_split_characters(const Side& s, const Side& t, std::vector<Chunk>& chunks) {
+  size_t kept = 0;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    if (kept > 0) {
+      Chunk& last = chunks[kept - 1];
+      if (starts_mid_character(s, size_t(last.student_end)) || starts_mid_character(t, size_t(last.teacher_end))) {
+        last.student_end = chunks[k].student_end;
+        last.teacher_end = chunks[k].teacher_end;
+        last.correct = last.correct && chunks[k].correct;
+        continue;
+      }
+    }
+    chunks[kept++] = chunks[k];
+  }
+  chunks.resize(kept);
+}
+
 }  // namespace
 
 Alignment align_by_strings(std::span<const std::string> student, std::span<const SpecialRole> student_roles,
@@ -314,6 +341,7 @@ Alignment align_by_strings(std::span<const std::string> student, std::span<const
   Alignment alignment;
   alignment.chunks.reserve(moves.size());
   chunks_from_moves(s, t, moves, alignment.chunks);
+  join_split_characters(s, t, alignment.chunks);
   return alignment;
 }
 

@@ -3,7 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <string>
+
 #include "core/util/error.h"
+#include "distill/xtoken/canonical_strings.h"
+#include "distill/xtoken/token_clusters.h"
 
 namespace retort::distill::xtoken {
 namespace {
@@ -64,13 +69,44 @@ SideTokens side_tokens(const data::Tokenizer& tokenizer, std::string_view text, 
   SideTokens side;
   side.spans = byte_spans_from_char_offsets(text, encoded.offsets);
   side.roles.assign(encoded.ids.size(), SpecialRole::kNone);
+  // SentencePiece adds no special token, and gives the second and later byte pieces of one character an empty
+  // span: those are text. A tokenizer.json's post-processor specials are the only empty spans it gives.
+  const bool sentencepiece = std::string_view(tokenizer.kind()) == "sentencepiece";
   for (size_t k = 0; k < encoded.ids.size(); ++k) {
-    if (side.spans[k].begin != side.spans[k].end) continue;
+    if (sentencepiece ? encoded.ids[k] != tokenizer.eos_id() : side.spans[k].begin != side.spans[k].end) continue;
     side.roles[k] = encoded.ids[k] == tokenizer.eos_id() ? SpecialRole::kEos
                     : k == 0                             ? SpecialRole::kBos
                                                          : SpecialRole::kOther;
   }
   side.ids = std::move(encoded.ids);
+  // Normalised tokens: a cluster of text tokens with overlapping spans (the pieces of one character) must spell the
+  // text's bytes of the cluster; where it does not, the tokenizer read other bytes there.
+  const std::vector<std::string> strings = canonical_token_strings(tokenizer, side);
+  side.altered.assign(side.ids.size(), 0);
+  bool any = false;
+  std::string spelled;
+  for (size_t k = 0; k < side.ids.size();) {
+    if (side.roles[k] != SpecialRole::kNone) {
+      ++k;
+      continue;
+    }
+    size_t last = k + 1;
+    int64_t begin = side.spans[k].begin, end = side.spans[k].end;
+    spelled = strings[k];
+    while (last < side.ids.size() && side.roles[last] == SpecialRole::kNone &&
+           joins_cluster(begin, end, side.spans[last])) {
+      begin = std::min(begin, side.spans[last].begin);
+      end = std::max(end, side.spans[last].end);
+      spelled += strings[last++];
+    }
+    if (text.substr(size_t(begin), size_t(end - begin)) != spelled) {
+      std::fill(side.altered.begin() + static_cast<ptrdiff_t>(k), side.altered.begin() + static_cast<ptrdiff_t>(last),
+                uint8_t{1});
+      any = true;
+    }
+    k = last;
+  }
+  if (!any) side.altered.clear();
   return side;
 }
 

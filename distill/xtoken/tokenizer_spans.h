@@ -16,10 +16,12 @@ namespace retort::distill::xtoken {
 // the tokenizer and this); an offset past the text's characters is an InputError.
 std::vector<ByteSpan> byte_spans_from_char_offsets(std::string_view text, std::span<const data::CharOffsets> offsets);
 
-// The tokenizer's encoding of `text` as one side: ids, byte spans, and roles. A token with an empty span stands for
-// no text: the tokenizer's eos id is kEos, another such token kBos when it comes first, else kOther (what a
-// tokenizer.json's post-processor adds with add_special_tokens). Every other token is text (kNone), special tokens
-// written in the text included.
+// The tokenizer's encoding of `text` as one side: ids, byte spans, and roles. For a tokenizer.json, a token with an
+// empty span stands for no text (what its post-processor adds with add_special_tokens): the eos id is kEos, another
+// such token kBos when it comes first, else kOther. A SentencePiece model's only special is its eos id (its later
+// byte pieces of one character have empty spans but are text). Every other token is text (kNone), special tokens
+// written in the text included. Tokens whose bytes (canonical_token_strings) are not the text's bytes of their span,
+// a normalising tokenizer's, are marked altered.
 SideTokens side_tokens(const data::Tokenizer& tokenizer, std::string_view text, bool add_special_tokens = false);
 
 }  // namespace retort::distill::xtoken

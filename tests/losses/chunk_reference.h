@@ -133,6 +133,79 @@ inline ChunkProblem hand_made_problem(uint32_t seed = 7) {
   return p;
 }
 
+// A larger problem with a realistic alignment: chunks of 1 to 3 positions on each side, about one position in 20
+// in no chunk; each student id maps to 1 to 3 teacher ids (weights 0.9 * 0.1^i normalised), one in 50 to none.
+inline ChunkProblem random_problem(int64_t rows, int64_t vocab, int64_t teacher_vocab, int64_t topk, uint32_t seed) {
+  ChunkProblem p;
+  p.rows = rows;
+  p.vocab = vocab;
+  p.teacher_vocab = teacher_vocab;
+  p.topk = topk;
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> size(1, 3), percent(0, 99);
+  std::normal_distribution<double> normal(0.0, 2.0);
+  int32_t chunk = 0;
+  while (static_cast<int64_t>(p.student_chunk.size()) < rows) {
+    if (percent(rng) < 5) {
+      p.student_chunk.push_back(-1);
+      p.teacher_chunk.push_back(-1);
+      continue;
+    }
+    const int ns = size(rng), nt = size(rng);
+    for (int i = 0; i < ns && static_cast<int64_t>(p.student_chunk.size()) < rows; ++i)
+      p.student_chunk.push_back(chunk);
+    for (int i = 0; i < nt; ++i) p.teacher_chunk.push_back(chunk);
+    ++chunk;
+  }
+  p.chunk_count = chunk;
+  p.teacher_rows = static_cast<int64_t>(p.teacher_chunk.size());
+  p.logits.resize(static_cast<size_t>(rows * vocab));
+  for (double& v : p.logits) v = normal(rng);
+  p.labels.resize(static_cast<size_t>(rows));
+  std::uniform_int_distribution<int> student_id(0, static_cast<int>(vocab) - 1);
+  std::uniform_int_distribution<int> teacher_id(0, static_cast<int>(teacher_vocab) - 1);
+  for (auto& l : p.labels) l = student_id(rng);
+  // Teacher rows: K distinct ids, log-probs of a peaked distribution holding most (not all) of the mass.
+  for (int64_t t = 0; t < p.teacher_rows; ++t) {
+    std::set<int> chosen;
+    while (static_cast<int64_t>(chosen.size()) < topk) chosen.insert(teacher_id(rng));
+    std::vector<double> raw;
+    for (int64_t i = 0; i < topk; ++i) raw.push_back(normal(rng));
+    const double m = *std::max_element(raw.begin(), raw.end());
+    double s = 0;
+    for (double v : raw) s += std::exp(v - m);
+    int64_t i = 0;
+    for (int v : chosen) {
+      p.teacher_ids.push_back(v);
+      p.teacher_logprobs.push_back(as_f32(raw[static_cast<size_t>(i++)] - m - std::log(s) + std::log(0.9)));
+    }
+  }
+  p.row_offsets.push_back(0);
+  for (int64_t u = 0; u < vocab; ++u) {
+    if (percent(rng) >= 2) {
+      const int n = size(rng);
+      std::set<int> ids;
+      while (static_cast<int>(ids.size()) < n) ids.insert(teacher_id(rng));
+      double total = 0;
+      for (int i = 0; i < n; ++i) total += 0.9 * std::pow(0.1, i);
+      int i = 0;
+      for (int v : ids) {
+        p.proj_ids.push_back(v);
+        p.proj_weights.push_back(as_f32(0.9 * std::pow(0.1, i++) / total));
+      }
+    }
+    p.row_offsets.push_back(static_cast<int32_t>(p.proj_ids.size()));
+  }
+  for (int64_t u = 0; u < vocab; ++u)
+    if (p.row_offsets[u + 1] - p.row_offsets[u] == 1) {
+      const int32_t v = p.proj_ids[p.row_offsets[u]];
+      if (std::find(p.common_teacher.begin(), p.common_teacher.end(), v) != p.common_teacher.end()) continue;
+      p.common_student.push_back(static_cast<int32_t>(u));
+      p.common_teacher.push_back(v);
+    }
+  return p;
+}
+
 struct DenseResult {
   double loss = 0, kd = 0, ce = 0;
   std::vector<double> grad;  // [N_s, V_s]

@@ -81,7 +81,13 @@ class RecordingCommunicator final : public Communicator {
   std::shared_ptr<Communicator> split(int, int) override { unused("split"); }
 
  protected:
-  void all_gather_flat(const Tensor&, Tensor&) override { unused("all_gather"); }
+  // The gold loss gathers each rank's top candidates (the other losses never gather).
+  void all_gather_flat(const Tensor& input, Tensor& output) override {
+    calls_.push_back({ReduceOp::Sum, output.shape()});  // recorded with its output's shape
+    const bool staged = !input.device().is_cpu() && inner_->backend() == "gloo";
+    const Tensor gathered = inner_->all_gather(staged ? input.to(Device::cpu()) : input, 0);
+    output.copy_(staged ? gathered.to(output.device()) : gathered);
+  }
   void reduce_scatter_flat(const Tensor&, Tensor&, ReduceOp) override { unused("reduce_scatter"); }
   void check_signatures(const CollectiveSignature&) override {}
 

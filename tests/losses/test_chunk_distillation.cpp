@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "chunk_reference.h"
+#include "core/tensor/device.h"
 #include "core/util/error.h"
 #include "loss_test_support.h"
 
@@ -34,12 +35,12 @@ ReferenceOptions reference_options(const ChunkDistillationOptions& o) {
 
 // Every rank's loss and local gradient at `tp`, on `device`, the logits stored as `dtype`.
 std::vector<RankResult> run_at(ChunkProblem p, int tp, const ChunkDistillationOptions& options, DType dtype,
-                               Device device = Device::cpu()) {
+                               Device device = Device::cpu(), bool three_d = false) {
   p.vocab_local = (p.vocab + tp - 1) / tp;
   std::vector<RankResult> results(static_cast<size_t>(tp));
   on_ranks(tp, device, false, [&](int rank, Device dev, std::shared_ptr<Communicator> transport) {
     results[static_cast<size_t>(rank)] = run_rank(
-        p, p.logits, false, rank, dtype, dev, transport, false, options,
+        p, p.logits, three_d, rank, dtype, dev, transport, false, options,
         [&](const Tensor& logits, const ChunkDistillationOptions& o) {
           const Tensor labels = Tensor::from_ints(p.labels, {p.rows});
           return losses::chunk_distillation_loss(logits, labels, p.teacher(), p.chunks(), p.projection(), o, p.common())
@@ -51,10 +52,10 @@ std::vector<RankResult> run_at(ChunkProblem p, int tp, const ChunkDistillationOp
 
 // The loss on every rank and each rank's gradient slice against the dense reference.
 void expect_matches_reference(const ChunkProblem& p, const ChunkDistillationOptions& options, int tp, DType dtype,
-                              double loss_tol, double grad_tol, Device device = Device::cpu()) {
-  SCOPED_TRACE("tp " + std::to_string(tp) + ", " + std::string(dtype_name(dtype)));
+                              double loss_tol, double grad_tol, Device device = Device::cpu(), bool three_d = false) {
+  SCOPED_TRACE("tp " + std::to_string(tp) + ", " + std::string(dtype_name(dtype)) + (three_d ? ", [2, T, V]" : ""));
   const DenseResult ref = dense_reference(p, reference_options(options));
-  const auto results = run_at(p, tp, options, dtype, device);
+  const auto results = run_at(p, tp, options, dtype, device, three_d);
   ChunkProblem shard = p;
   shard.vocab_local = (p.vocab + tp - 1) / tp;
   for (int rank = 0; rank < tp; ++rank) {
@@ -90,6 +91,10 @@ TEST(ChunkDistillation, ReferenceHasEveryChunkShape) {
   sum_options.normalizer = 1.0;
   EXPECT_NEAR(dense_reference(p, sum_options).loss, 5 * ref.loss, 1e-12);
   EXPECT_NEAR(one.kd, ref.loss, 1e-12);
+  EXPECT_EQ(losses::valid_chunk_count(p.chunks()), 5);
+  const losses::CommonIds from_pairs = losses::common_ids_from_pairs(Tensor::from_ints({3, 4, 6, 8}, {2, 2}));
+  EXPECT_EQ(from_pairs.student_ids.to_ints(), (std::vector<int32_t>{3, 6}));
+  EXPECT_EQ(from_pairs.teacher_ids.to_ints(), (std::vector<int32_t>{4, 8}));
   // Rows in no valid chunk (s7: student-only chunk, s8: -1) get no gradient.
   for (int64_t j = 0; j < p.vocab; ++j) {
     EXPECT_EQ(ref.grad[7 * p.vocab + j], 0.0);
@@ -100,6 +105,14 @@ TEST(ChunkDistillation, ReferenceHasEveryChunkShape) {
 TEST(ChunkDistillation, ChunkKLMatchesDenseReferenceAtTp124) {
   const ChunkProblem p = hand_made_problem();
   for (int tp : {1, 2, 4}) expect_matches_reference(p, kl_options(), tp, DType::F64, 1e-12, 1e-10);
+}
+
+TEST(ChunkDistillation, ChunkKLOnARandomAlignmentAtTp124) {
+  const ChunkProblem p = random_problem(40, 97, 131, 6, 21);
+  for (int tp : {1, 2, 4}) expect_matches_reference(p, kl_options(), tp, DType::F64, 1e-12, 1e-10);
+  // Student logits [batch, positions, V_s / tp]: the rows flattened.
+  expect_matches_reference(p, kl_options(), 2, DType::F64, 1e-12, 1e-10, Device::cpu(), true);
+  expect_matches_reference(p, gold_options(9), 2, DType::F64, 1e-12, 1e-10, Device::cpu(), true);
 }
 
 TEST(ChunkDistillation, ChunkKLCollectivesAreOneMaxAndOnePackedSum) {
@@ -186,6 +199,36 @@ TEST(ChunkDistillation, ChunkKLFiniteDifferences) {
   expect_finite_differences(p, o);
 }
 
+TEST(ChunkDistillation, GoldMatchesDenseReferenceAtTp124) {
+  const ChunkProblem p = hand_made_problem();
+  ASSERT_EQ(p.common_student.size(), 4u);  // V_s - P = 7 uncommon student ids, V_t - P = 9 teacher ones
+  for (int64_t top : {8192, 4, 8})
+    for (int tp : {1, 2, 4}) {
+      SCOPED_TRACE("m " + std::to_string(top));
+      expect_matches_reference(p, gold_options(top), tp, DType::F64, 1e-12, 1e-10);
+    }
+}
+
+TEST(ChunkDistillation, GoldOnARandomAlignmentWithCEAndTemperature) {
+  const ChunkProblem p = random_problem(40, 97, 131, 6, 23);
+  ChunkDistillationOptions o = gold_options(16);
+  o.temperature = 1.5;
+  o.normalizer = 9.0;
+  for (int tp : {1, 2, 4}) expect_matches_reference(p, o, tp, DType::F64, 1e-12, 1e-10);
+  o.dynamic_ce_scaling = true;
+  for (int tp : {1, 4}) expect_matches_reference(p, o, tp, DType::F64, 1e-12, 1e-10);
+  o.dynamic_ce_scaling = false;
+  o.kd_ratio = 0.5;
+  for (int tp : {1, 2}) expect_matches_reference(p, o, tp, DType::F32, 1e-5, 1e-4);
+}
+
+TEST(ChunkDistillation, GoldFiniteDifferences) {
+  const ChunkProblem p = hand_made_problem(5);
+  ChunkDistillationOptions o = gold_options(5);
+  o.temperature = 0.8;
+  expect_finite_differences(p, o);
+}
+
 TEST(ChunkDistillation, BadInputIsAClearError) {
   const ChunkProblem p = hand_made_problem();
   const Tensor x = Tensor::from_doubles(p.logits, {p.rows, p.vocab}, DType::F64);
@@ -214,6 +257,77 @@ TEST(ChunkDistillation, BadInputIsAClearError) {
   ChunkDistillationOptions o;
   o.kd_ratio = 0.5;  // CE without labels
   EXPECT_THROW(call(p, o), InputError);
+  // The gold loss without its common pairs, or with a pair repeated.
+  EXPECT_THROW(call(p, gold_options()), InputError);
+  ChunkProblem repeated = p;
+  repeated.common_student.push_back(repeated.common_student[0] + 1);
+  repeated.common_teacher.push_back(repeated.common_teacher[0]);
+  EXPECT_THROW(losses::chunk_distillation_loss(x, Tensor(), p.teacher(), p.chunks(), p.projection(), gold_options(),
+                                               repeated.common()),
+               InputError);
+}
+
+// ---- CUDA (skipped without a GPU) ----------------------------------------------------------------------------
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+TEST(ChunkDistillationCuda, ChunkKLMatchesDenseReferenceAtTp124) {
+  SKIP_WITHOUT_GPU();
+  const ChunkProblem p = hand_made_problem();
+  ChunkDistillationOptions o;
+  for (int tp : {1, 2, 4}) {
+    expect_matches_reference(p, o, tp, DType::F32, 1e-5, 1e-4, Device::cuda(0));
+    expect_matches_reference(p, o, tp, DType::BF16, 2e-2, 5e-2, Device::cuda(0));
+  }
+  o.temperature = 2.0;
+  o.kd_ratio = 0.6;
+  for (int tp : {1, 2}) expect_matches_reference(p, o, tp, DType::F32, 1e-5, 1e-4, Device::cuda(0));
+}
+
+// The CUDA passes against the CPU ones on a realistic alignment (chunks of 1 to 3 positions each side), wide rows.
+void expect_cuda_matches_cpu(const ChunkDistillationOptions& o) {
+  const ChunkProblem p = random_problem(96, 3001, 3203, 16, 5);
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    const auto cpu = run_at(p, tp, o, DType::F32, Device::cpu());
+    const auto gpu = run_at(p, tp, o, DType::F32, Device::cuda(0));
+    const auto gpu_bf16 = run_at(p, tp, o, DType::BF16, Device::cuda(0));
+    const auto cpu_bf16 = run_at(p, tp, o, DType::BF16, Device::cpu());
+    for (int r = 0; r < tp; ++r) {
+      EXPECT_LE(loss_error(gpu[r].loss, cpu[r].loss), 1e-5);
+      EXPECT_LE(grad_error(gpu[r].grad, cpu[r].grad), 1e-4);
+      EXPECT_LE(loss_error(gpu_bf16[r].loss, cpu_bf16[r].loss), 1e-4);
+      EXPECT_LE(grad_error(gpu_bf16[r].grad, cpu_bf16[r].grad), 2e-2);
+    }
+  }
+}
+
+TEST(ChunkDistillationCuda, ChunkKLMatchesCpuOnARealisticAlignment) {
+  SKIP_WITHOUT_GPU();
+  expect_cuda_matches_cpu(kl_options());
+}
+
+TEST(ChunkDistillationCuda, GoldMatchesDenseReferenceAtTp124) {
+  SKIP_WITHOUT_GPU();
+  const ChunkProblem p = hand_made_problem();
+  for (int64_t top : {8192, 4, 8})
+    for (int tp : {1, 2, 4}) {
+      SCOPED_TRACE("m " + std::to_string(top));
+      expect_matches_reference(p, gold_options(top), tp, DType::F32, 1e-5, 1e-4, Device::cuda(0));
+      expect_matches_reference(p, gold_options(top), tp, DType::BF16, 2e-2, 5e-2, Device::cuda(0));
+    }
+  ChunkDistillationOptions o = gold_options(6);
+  o.temperature = 1.5;
+  o.kd_ratio = 0.5;
+  for (int tp : {1, 2}) expect_matches_reference(p, o, tp, DType::F32, 1e-5, 1e-4, Device::cuda(0));
+}
+
+TEST(ChunkDistillationCuda, GoldMatchesCpuOnARealisticAlignment) {
+  SKIP_WITHOUT_GPU();
+  // m below and above the shard's uncommon ids (the local top m then takes them all).
+  expect_cuda_matches_cpu(gold_options(64));
+  expect_cuda_matches_cpu(gold_options(4000));
 }
 
 }  // namespace

@@ -75,6 +75,30 @@ TEST(OffsetAlignment, ByteFallbackPiecesOfOneCharacterStayInOneChunk) {
   EXPECT_EQ(shape_of(a.chunks[1]), ChunkShape::kManyToOne);
 }
 
+// SentencePiece's own convention for the same three pieces: the last carries the character's span, the first two an
+// empty span at its start. Same cluster, same chunk.
+TEST(OffsetAlignment, SentencePieceBytePiecesWithEmptySpansStayWithTheirCharacter) {
+  SideTokens s;
+  s.ids = {10, 0xE2, 0x82, 0xAC, 11};
+  s.spans = {{0, 1}, {1, 1}, {1, 1}, {1, 4}, {4, 5}};
+  s.roles.assign(5, SpecialRole::kNone);
+  const Alignment a = align_by_offsets(s, tiled({{"a"}, {"\xE2\x82\xAC"}, {"b"}}));
+  const std::vector<Chunk> expected = {chunk(0, 1, 0, 1, true), chunk(1, 4, 1, 2, true), chunk(4, 5, 2, 3, true)};
+  EXPECT_EQ(a.chunks, expected);
+}
+
+// A token a normaliser changed (NFC's é whose offsets cover only the source's e) reads other bytes than its span:
+// the chunk that holds it is not correct, the others are.
+TEST(OffsetAlignment, AlteredTokensMakeTheirChunkNotCorrect) {
+  SideTokens t = tiled({{"a"}, {"e"}, {"b"}});
+  t.altered = {0, 1, 0};
+  const Alignment a = align_by_offsets(tiled({{"a"}, {"e"}, {"b"}}), t);
+  const std::vector<Chunk> expected = {chunk(0, 1, 0, 1, true), chunk(1, 2, 1, 2, false), chunk(2, 3, 2, 3, true)};
+  EXPECT_EQ(a.chunks, expected);
+  t.altered = {1};
+  EXPECT_CONTAINS(::retort::testing::message_of([&] { align_by_offsets(t, t); }), "one flag per id, or none");
+}
+
 // Byte-level BPE reports character offsets, so a token holding "x" and the first bytes of an emoji spans [0, 2)
 // characters and the token with the emoji's last bytes [1, 2): in bytes [0, 5) and [1, 5), overlapping. They form
 // one cluster, which meets the teacher's x|😀 only at byte 5: one correct 2:2 chunk.

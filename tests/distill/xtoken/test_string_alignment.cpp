@@ -67,6 +67,13 @@ TEST(StringAlignment, ManyToManyChunksFromRegionsThatSpellTheSameString) {
             (std::vector<Chunk>{chunk(0, 3, 0, 4, true), chunk(3, 4, 4, 5, true)}));
 }
 
+// Canonical strings are bytes: "€" split into its three bytes on one side and two pieces on the other. Bytes match
+// one by one, but a chunk never ends inside a character: one 3:2 chunk, as the offset alignment keeps the pieces.
+TEST(StringAlignment, PiecesOfOneCharacterStayInOneChunk) {
+  EXPECT_EQ(align({"a", "\xE2", "\x82", "\xAC", "b"}, {"a", "\xE2\x82", "\xAC", "b"}).chunks,
+            (std::vector<Chunk>{chunk(0, 1, 0, 1, true), chunk(1, 4, 1, 3, true), chunk(4, 5, 3, 4, true)}));
+}
+
 // Specials are empty strings (role kOther in this overload) or roles given: they pair by role, a BOS on one side is
 // an orphan, and a special never matches text.
 TEST(StringAlignment, SpecialsPairByRole) {
@@ -94,9 +101,9 @@ TEST(StringAlignment, BadArgumentsAreInputErrors) {
 }
 
 // Two tokenizations of one long random text, as two real tokenizers differ: most words are one token on both sides,
-// one in five is split into pieces of 1 to 3 bytes on one side or both (which may cut a multi-byte character: the
-// strings are bytes). The chunks must be exactly the offset alignment's (spans = cumulative lengths), and 100k
-// tokens must run through the anchored windows fast (one 100k x 100k DP would not even fit in memory).
+// one in five is split into pieces of 1 to 3 characters on one side or both. The chunks must be exactly the offset
+// alignment's (spans = cumulative lengths), and 100k tokens must run through the anchored windows fast (one 100k x 100k
+// DP would not even fit in memory).
 TEST(StringAlignment, LongSequencesThroughAnchorsEqualTheOffsetAlignment) {
   std::mt19937 rng(7);
   Strings words;
@@ -108,11 +115,16 @@ TEST(StringAlignment, LongSequencesThroughAnchorsEqualTheOffsetAlignment) {
   std::string text;
   Strings s, t;
   auto split = [&](const std::string& w, Strings& out) {
+    // Pieces of 1 to 3 characters (the real-text tests split characters into byte pieces).
     size_t at = 0;
     while (at < w.size()) {
-      const size_t len = std::min(w.size() - at, size_t(1 + rng() % 3));
-      out.push_back(w.substr(at, len));  // may split a multi-byte character: canonical strings are bytes
-      at += len;
+      size_t end = at;
+      for (size_t chars = 1 + rng() % 3; chars > 0 && end < w.size(); --chars) {
+        ++end;
+        while (end < w.size() && (static_cast<unsigned char>(w[end]) & 0xC0) == 0x80) ++end;
+      }
+      out.push_back(w.substr(at, end - at));
+      at = end;
     }
   };
   while (s.size() < 100000) {
@@ -158,6 +170,31 @@ TEST(StringAlignment, LongSequencesThroughAnchorsEqualTheOffsetAlignment) {
     }
   }
   ASSERT_EQ(by_strings.chunks.size(), by_offsets.chunks.size());
+}
+
+}  // namespace
+}  // namespace retort::distill::xtoken
+
+namespace retort::distill::xtoken {
+namespace {
+
+// A run with no anchor at all (every 3-gram repeats): one window of 2100 x 2100 cells, past the largest DP window
+// (2^22 cells), is cut in two at the byte-proportional point; "aa" tokens against "a" pairs (1500 x 3000) still
+// align as 1:2 combinations across the cut.
+TEST(StringAlignment, AWindowTooLargeForOneDpIsCutInTwo) {
+  const Strings s(2100, "a");
+  const Strings t(2100, "a");
+  const Alignment a = align(s, t);
+  ASSERT_EQ(a.chunks.size(), 2100u);
+  for (size_t k = 0; k < a.chunks.size(); ++k)
+    ASSERT_EQ(a.chunks[k], chunk(int32_t(k), int32_t(k + 1), int32_t(k), int32_t(k + 1), true)) << k;
+  const Strings pairs(1500, "aa");
+  const Strings singles(3000, "a");
+  const Alignment b = align(pairs, singles);
+  ASSERT_EQ(b.chunks.size(), 1500u);
+  for (size_t k = 0; k < b.chunks.size(); ++k) {
+    ASSERT_EQ(b.chunks[k], chunk(int32_t(k), int32_t(k + 1), int32_t(2 * k), int32_t(2 * k + 2), true)) << k;
+  }
 }
 
 }  // namespace

@@ -131,15 +131,7 @@ void CrossTokenizerObjective::prepare(const RunContext& run) {
   options_.group = run.tp_group;
   if (options_.kind == losses::ChunkLossKind::kGold) {
     // The strict pairs (one entry of weight 1, one student id per teacher id): xtoken/common_ids.h.
-    const Tensor pairs = xtoken::common_ids(*built).strict;
-    const std::vector<int32_t> flat = pairs.to_ints();
-    std::vector<int32_t> student, teacher;
-    for (size_t i = 0; i + 1 < flat.size(); i += 2) {
-      student.push_back(flat[i]);
-      teacher.push_back(flat[i + 1]);
-    }
-    const auto n = static_cast<int64_t>(student.size());
-    common_ = {Tensor::from_ints(student, {n}), Tensor::from_ints(teacher, {n})};
+    common_ = losses::common_ids_from_pairs(xtoken::common_ids(*built).strict);
     spdlog::info("distill: gold loss over {} exactly mapped ids of the student's {}", common_.student_ids.numel(),
                  dataset.vocab_size);
   }

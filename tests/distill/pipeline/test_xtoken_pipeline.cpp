@@ -142,6 +142,25 @@ TEST(XtokenPipeline, DistillTopkAloneWritesTheSameCacheOverTheTeachersOwnTokens)
             ::retort::testing::read_bytes(straight / "teacher_topk" / "topk_00000.bin"));
 }
 
+TEST(XtokenPipeline, AGoldLossStudentTrainsWithDynamicScaling) {
+  const fs::path& straight = straight_xtoken_pipeline();
+  const fs::path run = testing::fresh_dir("xtoken_gold");
+  auto overrides = xtoken_overrides(run);
+  overrides.insert(overrides.end(), {"distill.mode=online", "distill.teacher=" + (straight / "teacher").string(),
+                                     "distill.xtoken.dir=" + (straight / "xtoken").string(), "distill.xtoken.loss=gold",
+                                     "distill.xtoken.dynamic_ce_scaling=true", "train.steps=4"});
+  const TrainResult result = run_distill_training(testing::resolve_distill(overrides), Device::cpu(), RunStart::kNew);
+  ASSERT_EQ(result.train_losses.size(), 4u);
+  for (double loss : result.train_losses) EXPECT_TRUE(std::isfinite(loss));
+  const nlohmann::json objective = nlohmann::json::parse(::retort::testing::read_bytes(run / "objective.json"));
+  EXPECT_EQ(objective.at("loss"), "gold");
+  EXPECT_EQ(objective.at("dynamic_ce_scaling"), true);
+  // sg(|CE| / |KD|) KD + CE: the loss is twice the labels' cross-entropy.
+  const auto metrics = testing::read_metrics(run);
+  EXPECT_NEAR(metrics[0].at("loss").get<double>(), 2 * metrics[0].at("ce").get<double>(),
+              1e-5 * metrics[0].at("ce").get<double>());
+}
+
 TEST(XtokenPipeline, ATeacherOfAnotherTokenizerWithoutTheKeyIsAnErrorNamingIt) {
   const fs::path teacher = straight_xtoken_pipeline() / "teacher";
   const fs::path run = testing::fresh_dir("xtoken_no_key");

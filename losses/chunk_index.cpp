@@ -57,8 +57,20 @@ ChunkIndex build_chunk_index(int64_t student_rows, const ChunkTeacherTargets& te
   check_chunk_ids(teacher_chunk, chunks.chunk_count, op, "teacher");
   const std::vector<int32_t> ids = host_ints(teacher.ids);
   const std::vector<double> logprobs = teacher.logprobs.to(Device::cpu()).to_doubles();
+  // V_t-sized tables, kept per thread from call to call: allocating and clearing them (several MB, page faults
+  // included) every step cost more than their use. Entries are stamped with numbers that only grow from call to
+  // call (a call's first stamp is past the last one used), so nothing needs clearing.
+  thread_local std::vector<int64_t> last_row, chunk_stamp;
+  thread_local std::vector<int32_t> slot_of;
+  thread_local int64_t next_row_stamp = 0, next_chunk_stamp = 0;
+  if (static_cast<int64_t>(last_row.size()) < teacher_vocab) {
+    last_row.assign(static_cast<size_t>(teacher_vocab), -1);
+    chunk_stamp.assign(static_cast<size_t>(teacher_vocab), -1);
+    slot_of.assign(static_cast<size_t>(teacher_vocab), 0);
+  }
+  const int64_t row_stamp = next_row_stamp;
+  next_row_stamp += n_t;
   {
-    std::vector<int64_t> last_row(static_cast<size_t>(teacher_vocab), -1);
     for (int64_t t = 0; t < n_t; ++t)
       for (int64_t i = 0; i < k; ++i) {
         const int32_t v = ids[static_cast<size_t>(t * k + i)];
@@ -66,10 +78,10 @@ ChunkIndex build_chunk_index(int64_t student_rows, const ChunkTeacherTargets& te
                            "{}: teacher id {} at position {}, slot {} is outside the teacher vocabulary of {}: the "
                            "teacher targets and the projection disagree on the teacher's vocabulary",
                            op, v, t, i, teacher_vocab);
-        RETORT_INPUT_CHECK(last_row[static_cast<size_t>(v)] != t,
+        RETORT_INPUT_CHECK(last_row[static_cast<size_t>(v)] != row_stamp + t,
                            "{}: teacher id {} appears twice at position {}: the K ids of a position must be distinct",
                            op, v, t);
-        last_row[static_cast<size_t>(v)] = t;
+        last_row[static_cast<size_t>(v)] = row_stamp + t;
       }
   }
 
@@ -122,7 +134,8 @@ ChunkIndex build_chunk_index(int64_t student_rows, const ChunkTeacherTargets& te
   const double unlisted_count = static_cast<double>(teacher_vocab - k);
 
   // S_c and R_c: slot_of[v] holds v's slot while v is in the current chunk's set (stamped by chunk).
-  std::vector<int32_t> stamp(static_cast<size_t>(teacher_vocab), -1), slot_of(static_cast<size_t>(teacher_vocab), 0);
+  const int64_t chunk_base = next_chunk_stamp;
+  next_chunk_stamp += static_cast<int64_t>(nc);
   x.chunk_slots.assign(nc + 1, 0);
   x.teacher_rest.assign(nc, 0);
   x.teacher_unlisted.assign(nc, 0);
@@ -134,8 +147,9 @@ ChunkIndex build_chunk_index(int64_t student_rows, const ChunkTeacherTargets& te
       const int64_t t = teacher_list[static_cast<size_t>(i)];
       for (int64_t j = 0; j < k; ++j) {
         const int32_t v = ids[static_cast<size_t>(t * k + j)];
-        if (stamp[static_cast<size_t>(v)] == static_cast<int32_t>(c)) continue;
-        stamp[static_cast<size_t>(v)] = static_cast<int32_t>(c);
+        const int64_t stamp = chunk_base + static_cast<int64_t>(c);
+        if (chunk_stamp[static_cast<size_t>(v)] == stamp) continue;
+        chunk_stamp[static_cast<size_t>(v)] = stamp;
         x.slot_ids.push_back(v);
       }
     }
@@ -205,13 +219,13 @@ HostProjection host_projection(const VocabProjection& projection, int64_t studen
   return h;
 }
 
-Tensor upload_ints(std::vector<int32_t> values, Device device) {
-  if (values.empty()) values.push_back(0);
+Tensor upload_ints(const std::vector<int32_t>& values, Device device) {
+  if (values.empty()) return Tensor::from_ints({0}, {1}, device);
   return Tensor::from_ints(values, {static_cast<int64_t>(values.size())}, device);
 }
 
-Tensor upload_reals(std::vector<double> values, DType dtype, Device device) {
-  if (values.empty()) values.push_back(0);
+Tensor upload_reals(const std::vector<double>& values, DType dtype, Device device) {
+  if (values.empty()) return Tensor::from_doubles({0.0}, {1}, dtype, device);
   return Tensor::from_doubles(values, {static_cast<int64_t>(values.size())}, dtype, device);
 }
 

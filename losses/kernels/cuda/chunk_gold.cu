@@ -164,9 +164,16 @@ __global__ void select_kernel(const float* ls, const int32_t* common, int64_t ch
     for (int shift = 24; shift >= 0; shift -= 8) {
       for (int i = threadIdx.x; i < 256; i += blockDim.x) histogram[i] = 0;
       __syncthreads();
-      for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-        const uint32_t k = key(j);
-        if (k != 0u && (k & mask) == prefix) atomicAdd(&histogram[(k >> shift) & 255u], 1);
+      // Warp-aggregated: LS values crowd into a few digits (the top byte is the sign and most of the exponent, the
+      // same for nearly every column), so plain per-thread atomics hit one shared counter from all 1024 threads and
+      // serialise; each warp adds once per distinct digit instead. The loop bound is uniform per warp (tiles of
+      // blockDim.x columns) because __match_any_sync needs every lane.
+      for (int64_t base = 0; base < vocab; base += blockDim.x) {
+        const uint32_t k = key(base + threadIdx.x);
+        const int digit = k != 0u && (k & mask) == prefix ? static_cast<int>((k >> shift) & 255u) : -1;
+        const unsigned peers = __match_any_sync(0xffffffffu, digit);
+        if (digit >= 0 && (threadIdx.x % 32) == static_cast<unsigned>(__ffs(peers) - 1))
+          atomicAdd(&histogram[digit], __popc(peers));
       }
       __syncthreads();
       if (threadIdx.x == 0) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -128,11 +129,16 @@ struct PlanLists {
   std::vector<double> entry_weight, pre_outside, pre_weight, scale;
   // The columns reached from a chunk's slots, each with its header's index in the records: column << 32 | index.
   std::vector<uint64_t> reached;
-  void clear() {
+  // Empty, and a part of a plan: its offsets count from 0 with no leading 0.
+  void clear_part() {
     for (auto* v : {&slot_entries, &entry_column, &chunk_pre, &pre_column, &pre_entries, &pre_slot, &row_offset})
       v->clear();
     for (auto* v : {&entry_weight, &pre_outside, &pre_weight, &scale}) v->clear();
     reached.clear();
+  }
+  // Empty, and the start of a whole plan: every offset list begins with its 0.
+  void clear() {
+    clear_part();
     slot_entries.push_back(0);
     chunk_pre.push_back(0);
     pre_entries.push_back(0);
@@ -152,34 +158,26 @@ int32_t find_sorted(const int32_t* ids, int32_t n, int32_t id) {
   return *base == id ? static_cast<int32_t>(base - ids) : -1;
 }
 
-// The KL plan of this rank's shard (chunk_distillation_kernels.h): for every S_c column, the local student ids that
-// map into it (through the projection's transpose), and the chunk's preimage columns with their weight outside S_c.
-k::ChunkPlan build_plan(const ChunkIndex& x, const ShardProjection& sp, const vp::VocabShard& shard, DType stats,
-                        Device device) {
-  using chunk_index::upload_ints;
-  using chunk_index::upload_reals;
-  const size_t nc = static_cast<size_t>(x.chunks);
-  // The plan's host lists, kept per thread from call to call: fresh multi-MB vectors every step would spend
-  // milliseconds in page faults alone.
-  thread_local PlanLists lists;
-  lists.clear();
+// Plans chunks [c0, c1) into `out`, appending; its offsets (slot_entries, chunk_pre, pre_entries) count from out's
+// current list sizes, its slots are global.
+void plan_chunks(const ChunkIndex& x, const ShardProjection& sp, size_t c0, size_t c1, PlanLists& out,
+                 int64_t& max_preimage) {
   auto& [slot_entries, entry_column, chunk_pre, pre_column, pre_entries, pre_slot, row_offset, entry_weight,
-         pre_outside, pre_weight, scale, reached] = lists;
+         pre_outside, pre_weight, scale, reached] = out;
   const int32_t* offsets = sp.record_offsets.data();
   const RecordItem* records = sp.records.data();
   const int32_t* slot_ids = x.slot_ids.data();
-  const int64_t slot_count = static_cast<int64_t>(x.slot_ids.size());
+  const int32_t slot_end = x.chunk_slots[c1];
   // Prefetch distances in slots: the record offset of the slot kPrefetchOffset ahead, the record itself of the
   // slot kPrefetchRecord ahead (its offset is in cache by then).
-  constexpr int64_t kPrefetchOffset = 16, kPrefetchRecord = 8;
-  int64_t max_preimage = 0;
-  for (size_t c = 0; c < nc; ++c) {
+  constexpr int32_t kPrefetchOffset = 16, kPrefetchRecord = 8;
+  for (size_t c = c0; c < c1; ++c) {
     const int32_t g0 = x.chunk_slots[c], g1 = x.chunk_slots[c + 1];
     const int32_t* set_begin = slot_ids + g0;
     reached.clear();
     for (int32_t g = g0; g < g1; ++g) {
-      if (g + kPrefetchOffset < slot_count) __builtin_prefetch(offsets + slot_ids[g + kPrefetchOffset]);
-      if (g + kPrefetchRecord < slot_count) {
+      if (g + kPrefetchOffset < slot_end) __builtin_prefetch(offsets + slot_ids[g + kPrefetchOffset]);
+      if (g + kPrefetchRecord < slot_end) {
         const RecordItem* ahead = records + offsets[slot_ids[g + kPrefetchRecord]];
         __builtin_prefetch(ahead);
         __builtin_prefetch(ahead + 4);
@@ -217,6 +215,67 @@ k::ChunkPlan build_plan(const ChunkIndex& x, const ShardProjection& sp, const vp
     }
     chunk_pre.push_back(static_cast<int32_t>(pre_column.size()));
     max_preimage = std::max<int64_t>(max_preimage, static_cast<int64_t>(pre_column.size() - pre_first));
+  }
+}
+
+// Worker threads of a plan: at most kMaxPlanThreads, each with at least kSlotsPerPlanThread slots.
+constexpr int64_t kMaxPlanThreads = 8, kSlotsPerPlanThread = 4096;
+
+// The KL plan of this rank's shard (chunk_distillation_kernels.h): for every S_c column, the local student ids that
+// map into it (through the projection's transpose), and the chunk's preimage columns with their weight outside S_c.
+k::ChunkPlan build_plan(const ChunkIndex& x, const ShardProjection& sp, const vp::VocabShard& shard, DType stats,
+                        Device device) {
+  using chunk_index::upload_ints;
+  using chunk_index::upload_reals;
+  const size_t nc = static_cast<size_t>(x.chunks);
+  // The plan's host lists, kept per thread from call to call: fresh multi-MB vectors every step would spend
+  // milliseconds in page faults alone.
+  thread_local PlanLists lists;
+  lists.clear();
+  auto& [slot_entries, entry_column, chunk_pre, pre_column, pre_entries, pre_slot, row_offset, entry_weight,
+         pre_outside, pre_weight, scale, reached] = lists;
+  int64_t max_preimage = 0;
+  // Chunks are independent: above a few thousand slots, ranges of them are planned on worker threads (each into
+  // its own lists, kept from call to call like the main ones) and appended in chunk order, offsets shifted. The
+  // walk is bound by memory latency, so threads overlap the misses. The result is the same as one thread's.
+  const int64_t slots = static_cast<int64_t>(x.slot_ids.size());
+  const int workers =
+      static_cast<int>(std::min<int64_t>({static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())),
+                                          kMaxPlanThreads, slots / kSlotsPerPlanThread, static_cast<int64_t>(nc)}));
+  if (workers <= 1) {
+    plan_chunks(x, sp, 0, nc, lists, max_preimage);
+  } else {
+    thread_local std::vector<PlanLists> kept_parts;
+    kept_parts.resize(static_cast<size_t>(workers));
+    std::vector<PlanLists>& parts = kept_parts;  // this thread's: a worker naming kept_parts would get its own
+    std::vector<int64_t> part_max(static_cast<size_t>(workers), 0);
+    {
+      std::vector<std::jthread> threads;
+      for (int t = 0; t < workers; ++t) {
+        const size_t c0 = nc * static_cast<size_t>(t) / static_cast<size_t>(workers);
+        const size_t c1 = nc * static_cast<size_t>(t + 1) / static_cast<size_t>(workers);
+        threads.emplace_back([&, t, c0, c1] {
+          parts[static_cast<size_t>(t)].clear_part();
+          plan_chunks(x, sp, c0, c1, parts[static_cast<size_t>(t)], part_max[static_cast<size_t>(t)]);
+        });
+      }
+    }
+    for (int t = 0; t < workers; ++t) {
+      const PlanLists& part = parts[static_cast<size_t>(t)];
+      const auto entries = static_cast<int32_t>(entry_column.size());
+      const auto pre = static_cast<int32_t>(pre_column.size());
+      const auto pre_items = static_cast<int32_t>(pre_slot.size());
+      for (int32_t v : part.slot_entries) slot_entries.push_back(entries + v);
+      for (int32_t v : part.chunk_pre) chunk_pre.push_back(pre + v);
+      for (int32_t v : part.pre_entries) pre_entries.push_back(pre_items + v);
+      entry_column.insert(entry_column.end(), part.entry_column.begin(), part.entry_column.end());
+      entry_weight.insert(entry_weight.end(), part.entry_weight.begin(), part.entry_weight.end());
+      pre_column.insert(pre_column.end(), part.pre_column.begin(), part.pre_column.end());
+      pre_outside.insert(pre_outside.end(), part.pre_outside.begin(), part.pre_outside.end());
+      pre_slot.insert(pre_slot.end(), part.pre_slot.begin(), part.pre_slot.end());
+      pre_weight.insert(pre_weight.end(), part.pre_weight.begin(), part.pre_weight.end());
+      max_preimage = std::max(max_preimage, part_max[static_cast<size_t>(t)]);
+    }
   }
   row_offset.assign(static_cast<size_t>(x.student_rows), 0);
   int64_t columns = 0;

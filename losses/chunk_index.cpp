@@ -59,20 +59,34 @@ ChunkIndex build_chunk_index(int64_t student_rows, const ChunkTeacherTargets& te
   const std::vector<double> logprobs = teacher.logprobs.to(Device::cpu()).to_doubles();
   // V_t-sized tables, kept per thread from call to call: allocating and clearing them (several MB, page faults
   // included) every step cost more than their use. Entries are stamped with numbers that only grow from call to
-  // call (a call's first stamp is past the last one used), so nothing needs clearing.
-  thread_local std::vector<int64_t> last_row, chunk_stamp;
-  thread_local std::vector<int32_t> slot_of;
-  thread_local int64_t next_row_stamp = 0, next_chunk_stamp = 0;
+  // call (a call's first stamp is past the last one used), so nothing needs clearing; the chunk stamps restart, with
+  // the table cleared, before they would overflow.
+  struct SlotEntry {
+    int32_t chunk = -1;  // the (stamped) chunk whose S_c holds the teacher id
+    int32_t slot = 0;    // its slot in that S_c
+  };
+  thread_local std::vector<int64_t> last_row;
+  thread_local std::vector<SlotEntry> slot_table;
+  thread_local int64_t next_row_stamp = 0;
+  thread_local int32_t next_chunk_stamp = 0;
   if (static_cast<int64_t>(last_row.size()) < teacher_vocab) {
     last_row.assign(static_cast<size_t>(teacher_vocab), -1);
-    chunk_stamp.assign(static_cast<size_t>(teacher_vocab), -1);
-    slot_of.assign(static_cast<size_t>(teacher_vocab), 0);
+    slot_table.assign(static_cast<size_t>(teacher_vocab), SlotEntry{});
+  }
+  if (chunks.chunk_count > std::numeric_limits<int32_t>::max() - next_chunk_stamp) {
+    std::fill(slot_table.begin(), slot_table.end(), SlotEntry{});
+    next_chunk_stamp = 0;
   }
   const int64_t row_stamp = next_row_stamp;
   next_row_stamp += n_t;
   {
+    constexpr int64_t kAhead = 16;  // prefetch distance in ids: the table lookups are random over V_t
     for (int64_t t = 0; t < n_t; ++t)
       for (int64_t i = 0; i < k; ++i) {
+        if (t * k + i + kAhead < n_t * k) {
+          const int32_t ahead = ids[static_cast<size_t>(t * k + i + kAhead)];
+          if (ahead >= 0 && ahead < teacher_vocab) __builtin_prefetch(last_row.data() + ahead);
+        }
         const int32_t v = ids[static_cast<size_t>(t * k + i)];
         RETORT_INPUT_CHECK(v >= 0 && v < teacher_vocab,
                            "{}: teacher id {} at position {}, slot {} is outside the teacher vocabulary of {}: the "
@@ -133,9 +147,18 @@ ChunkIndex build_chunk_index(int64_t student_rows, const ChunkTeacherTargets& te
   }
   const double unlisted_count = static_cast<double>(teacher_vocab - k);
 
-  // S_c and R_c: slot_of[v] holds v's slot while v is in the current chunk's set (stamped by chunk).
-  const int64_t chunk_base = next_chunk_stamp;
-  next_chunk_stamp += static_cast<int64_t>(nc);
+  // S_c and R_c: slot_table[v] holds v's slot while v is in the current chunk's set (stamped by chunk).
+  const int32_t chunk_base = next_chunk_stamp;
+  next_chunk_stamp += static_cast<int32_t>(nc);
+  // The table entries of a chunk's teacher ids, fetched while the chunk before it is worked on.
+  auto prefetch_chunk = [&](size_t c) {
+    if (c >= nc) return;
+    for (int32_t i = teacher_offsets[c]; i < teacher_offsets[c + 1]; ++i) {
+      const int64_t t = teacher_list[static_cast<size_t>(i)];
+      for (int64_t j = 0; j < k; ++j) __builtin_prefetch(slot_table.data() + ids[static_cast<size_t>(t * k + j)]);
+    }
+  };
+  prefetch_chunk(0);
   x.chunk_slots.assign(nc + 1, 0);
   x.teacher_rest.assign(nc, 0);
   x.teacher_unlisted.assign(nc, 0);
@@ -143,20 +166,21 @@ ChunkIndex build_chunk_index(int64_t student_rows, const ChunkTeacherTargets& te
   for (size_t c = 0; c < nc; ++c) {
     const int32_t t0 = teacher_offsets[c], t1 = teacher_offsets[c + 1];
     const size_t first = x.slot_ids.size();
+    prefetch_chunk(c + 1);
+    const int32_t stamp = chunk_base + static_cast<int32_t>(c);
     for (int32_t i = t0; i < t1; ++i) {
       const int64_t t = teacher_list[static_cast<size_t>(i)];
       for (int64_t j = 0; j < k; ++j) {
         const int32_t v = ids[static_cast<size_t>(t * k + j)];
-        const int64_t stamp = chunk_base + static_cast<int64_t>(c);
-        if (chunk_stamp[static_cast<size_t>(v)] == stamp) continue;
-        chunk_stamp[static_cast<size_t>(v)] = stamp;
+        if (slot_table[static_cast<size_t>(v)].chunk == stamp) continue;
+        slot_table[static_cast<size_t>(v)].chunk = stamp;
         x.slot_ids.push_back(v);
       }
     }
     std::sort(x.slot_ids.begin() + static_cast<ptrdiff_t>(first), x.slot_ids.end());
     const size_t width = x.slot_ids.size() - first;
     for (size_t g = first; g < x.slot_ids.size(); ++g)
-      slot_of[static_cast<size_t>(x.slot_ids[g])] = static_cast<int32_t>(g - first);
+      slot_table[static_cast<size_t>(x.slot_ids[g])].slot = static_cast<int32_t>(g - first);
     x.chunk_slots[c + 1] = static_cast<int32_t>(x.slot_ids.size());
     // R_c,v = the mean over the chunk's teacher positions of the listed value or the unlisted one.
     std::vector<double> sum(width, 0.0);
@@ -167,7 +191,7 @@ ChunkIndex build_chunk_index(int64_t student_rows, const ChunkTeacherTargets& te
       const double unlisted = log_rest[static_cast<size_t>(t)] - std::log(unlisted_count);
       listed.assign(width, std::numeric_limits<double>::quiet_NaN());
       for (int64_t j = 0; j < k; ++j)
-        listed[static_cast<size_t>(slot_of[static_cast<size_t>(ids[static_cast<size_t>(t * k + j)])])] =
+        listed[static_cast<size_t>(slot_table[static_cast<size_t>(ids[static_cast<size_t>(t * k + j)])].slot)] =
             logprobs[static_cast<size_t>(t * k + j)];
       for (size_t g = 0; g < width; ++g) sum[g] += std::isnan(listed[g]) ? unlisted : listed[g];
       unlisted_sum += unlisted;

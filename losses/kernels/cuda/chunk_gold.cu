@@ -24,7 +24,6 @@ using namespace ::retort::kernels::cuda::detail;
 
 constexpr int kRowThreads = 512;
 constexpr int kSelectThreads = 1024;
-constexpr int kSelectUnroll = 8;  // column tiles whose loads a select pass issues together
 
 const int32_t* ints(const Tensor& t) {
   return t.data<int32_t>();
@@ -138,14 +137,21 @@ __device__ int block_exclusive_scan(int flag, int* warp_totals, int* total) {
   const int in_warp = __popc(ballot & ((1u << lane) - 1u));
   if (lane == 0) warp_totals[warp] = __popc(ballot);
   __syncthreads();
-  int before = 0, all = 0;
-  for (int w = 0; w < warps; ++w) {
-    if (w < warp) before += warp_totals[w];
-    all += warp_totals[w];
+  // Warp 0 scans the warp totals with shuffles and leaves each warp's exclusive offset in place. (Every thread
+  // summing the totals itself, 32 shared loads per thread and scan, twice per column tile, made the select kernel
+  // bound by instruction issue.)
+  if (warp == 0) {
+    const int mine = lane < warps ? warp_totals[lane] : 0;
+    int inclusive = mine;
+    for (int d = 1; d < 32; d <<= 1) {
+      const int other = __shfl_up_sync(0xffffffffu, inclusive, d);
+      if (lane >= d) inclusive += other;
+    }
+    if (lane < warps) warp_totals[lane] = inclusive - mine;
+    if (lane == 31) *total = inclusive;
   }
-  if (threadIdx.x == 0) *total = all;
   __syncthreads();
-  return before + in_warp;
+  return warp_totals[warp] + in_warp;
 }
 
 __global__ void select_kernel(const float* ls, const int32_t* common, int64_t chunks, int64_t vocab, int64_t top,
@@ -158,38 +164,16 @@ __global__ void select_kernel(const float* ls, const int32_t* common, int64_t ch
   __shared__ int chosen_remaining;
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const float* row = ls + c * vocab;
-    // Both loads issued whatever the mask says (the LS row covers every column), so they do not wait on each other.
-    auto key = [&](int64_t j) -> uint32_t {
-      if (j >= vocab) return 0u;
-      const int32_t is_common = __ldg(common + j);
-      const float v = __ldg(row + j);
-      return is_common ? 0u : key_of(v);
-    };
-    // Every pass over the row takes kSelectUnroll tiles of blockDim.x columns at once: all their loads first, then
-    // the work. One column per thread and step left a single load in flight per thread, and the select (five passes
-    // over a [V_local] row per chunk) ran at a fraction of the memory bandwidth, latency-bound.
-    const int64_t step = static_cast<int64_t>(kSelectUnroll) * blockDim.x;
+    auto key = [&](int64_t j) -> uint32_t { return j < vocab && !common[j] ? key_of(row[j]) : 0u; };
     // Radix select: the local_top-th largest key, 8 bits at a time from the top.
     uint32_t prefix = 0, mask = 0;
     int remaining = local_top;
     for (int shift = 24; shift >= 0; shift -= 8) {
       for (int i = threadIdx.x; i < 256; i += blockDim.x) histogram[i] = 0;
       __syncthreads();
-      // Warp-aggregated: LS values crowd into a few digits (the top byte is the sign and most of the exponent, the
-      // same for nearly every column), so plain per-thread atomics hit one shared counter from all 1024 threads and
-      // serialise; each warp adds once per distinct digit instead. The loop bound is uniform per warp (tiles of
-      // blockDim.x columns) because __match_any_sync needs every lane.
-      for (int64_t base = 0; base < vocab; base += step) {
-        uint32_t k[kSelectUnroll];
-#pragma unroll
-        for (int u = 0; u < kSelectUnroll; ++u) k[u] = key(base + u * blockDim.x + threadIdx.x);
-#pragma unroll
-        for (int u = 0; u < kSelectUnroll; ++u) {
-          const int digit = k[u] != 0u && (k[u] & mask) == prefix ? static_cast<int>((k[u] >> shift) & 255u) : -1;
-          const unsigned peers = __match_any_sync(0xffffffffu, digit);
-          if (digit >= 0 && (threadIdx.x % 32) == static_cast<unsigned>(__ffs(peers) - 1))
-            atomicAdd(&histogram[digit], __popc(peers));
-        }
+      for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+        const uint32_t k = key(j);
+        if (k != 0u && (k & mask) == prefix) atomicAdd(&histogram[(k >> shift) & 255u], 1);
       }
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -210,27 +194,21 @@ __global__ void select_kernel(const float* ls, const int32_t* common, int64_t ch
     const int greater = local_top - remaining;  // keys above the threshold, all taken; then `remaining` equal ones
     // Ordered compaction over column tiles: the keys above the threshold, and the first `remaining` equal ones.
     int taken_greater = 0, taken_equal = 0;
-    for (int64_t base = 0; base < vocab; base += step) {
-      uint32_t ks[kSelectUnroll];
-#pragma unroll
-      for (int u = 0; u < kSelectUnroll; ++u) ks[u] = key(base + u * blockDim.x + threadIdx.x);
-#pragma unroll
-      for (int u = 0; u < kSelectUnroll; ++u) {  // the tiles in column order
-        const int64_t j = base + u * blockDim.x + threadIdx.x;
-        const uint32_t k = ks[u];
-        const int gt = k > threshold, eq = k == threshold && k != 0u;
-        const int at_gt = block_exclusive_scan(gt, warp_totals, &tile_total);
-        const int tile_gt = tile_total;
-        const int at_eq = block_exclusive_scan(eq, warp_totals, &tile_total);
-        const int tile_eq = tile_total;
-        // Descending by key, then ascending by column: key in the high half, the column's complement in the low.
-        const unsigned long long packed =
-            (static_cast<unsigned long long>(k) << 32) | (0xFFFFFFFFull - static_cast<unsigned long long>(j));
-        if (gt) sorted[taken_greater + at_gt] = packed;
-        if (eq && taken_equal + at_eq < remaining) sorted[greater + taken_equal + at_eq] = packed;
-        taken_greater += tile_gt;
-        taken_equal += tile_eq;
-      }
+    for (int64_t base = 0; base < vocab; base += blockDim.x) {
+      const int64_t j = base + threadIdx.x;
+      const uint32_t k = key(j);
+      const int gt = k > threshold, eq = k == threshold && k != 0u;
+      const int at_gt = block_exclusive_scan(gt, warp_totals, &tile_total);
+      const int tile_gt = tile_total;
+      const int at_eq = block_exclusive_scan(eq, warp_totals, &tile_total);
+      const int tile_eq = tile_total;
+      // Descending by key, then ascending by column: key in the high half, the column's complement in the low.
+      const unsigned long long packed =
+          (static_cast<unsigned long long>(k) << 32) | (0xFFFFFFFFull - static_cast<unsigned long long>(j));
+      if (gt) sorted[taken_greater + at_gt] = packed;
+      if (eq && taken_equal + at_eq < remaining) sorted[greater + taken_equal + at_eq] = packed;
+      taken_greater += tile_gt;
+      taken_equal += tile_eq;
     }
     for (int i = local_top + threadIdx.x; i < sort_size; i += blockDim.x) sorted[i] = 0ull;
     __syncthreads();

@@ -240,12 +240,18 @@ Tensor gold_loss(const Tensor& student_in, const ChunkIndex& x, const CommonIds&
   std::vector<double> chunk_g(static_cast<size_t>(x.chunks), 0.0);
   std::vector<TeacherSorted> teacher_sorted(static_cast<size_t>(x.chunks));
   plan.special_offsets.push_back(0);
+  constexpr int32_t kPairAhead = 16;
+  const auto slot_total = static_cast<int32_t>(x.slot_ids.size());
+  std::vector<std::pair<int32_t, double>> specials;
   for (int64_t c = 0; c < x.chunks; ++c) {
-    std::vector<std::pair<int32_t, double>> specials;
+    specials.clear();
     int64_t in_set = 0;
     double g_common = 0;
     TeacherSorted& b = teacher_sorted[static_cast<size_t>(c)];
     for (int32_t slot = x.chunk_slots[c]; slot < x.chunk_slots[c + 1]; ++slot) {
+      // pair_of_teacher is read at random over V_t: fetched kPairAhead slots early.
+      if (slot + kPairAhead < slot_total)
+        __builtin_prefetch(pair_of_teacher.data() + x.slot_ids[static_cast<size_t>(slot + kPairAhead)]);
       const int32_t v = x.slot_ids[static_cast<size_t>(slot)];
       const double r = x.teacher_log[static_cast<size_t>(slot)];
       const int32_t pair = pair_of_teacher[static_cast<size_t>(v)];

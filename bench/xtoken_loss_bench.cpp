@@ -3,7 +3,8 @@
 // Qwen3 teacher vocabulary of 151,936, K = 32 teacher ids per position) with a realistic alignment: chunks of 1 to 3
 // positions on each side (about one position in 20 in no chunk), a projection whose student ids map to 1 (70%), 2
 // (20%), 3 (8%) or no (2%) teacher ids. Reports the median time of a whole call (the host-side chunk index
-// included: a training step pays it) and the peak extra device memory. bench/xtoken_loss_bench_torch.py implements
+// included: a training step pays it), the medians of its forward and backward parts, and the peak extra device
+// memory. bench/xtoken_loss_bench_torch.py implements
 // the same formulas in PyTorch; bench/run_xtoken_loss_bench.sh runs both and writes the table.
 //   build/bench/bench_xtoken_loss --json retort.jsonl                                       # one GPU
 //   build/bench/bench_xtoken_loss --device cpu --positions 256 --student-vocab 4096 --teacher-vocab 5000
@@ -166,7 +167,8 @@ int main(int argc, char** argv) {
       "cross-tokenizer losses on {} ({}), {} student positions, {} teacher positions, {} chunks, V_s {}, V_t {}, "
       "K {}\n",
       bench::device_name(device), dtype_arg, positions, p.teacher_rows, p.chunks.chunk_count, vs, vt, k);
-  fmt::print("{:>10} {:>12} {:>12} {:>14} {:>12}\n", "loss", "median ms", "min ms", "peak extra MiB", "loss value");
+  fmt::print("{:>10} {:>12} {:>12} {:>12} {:>12} {:>14} {:>12}\n", "loss", "median ms", "min ms", "forward ms",
+             "backward ms", "peak extra MiB", "loss value");
   p.logits.set_requires_grad();
   for (const std::string& name : split(losses_arg)) {
     losses::ChunkDistillationOptions o;
@@ -176,7 +178,7 @@ int main(int argc, char** argv) {
     } else if (name != "chunk_kl") {
       throw std::runtime_error(fmt::format("--losses: unknown loss '{}' (chunk_kl or gold)", name));
     }
-    std::vector<double> samples;
+    std::vector<double> samples, forward_samples, backward_samples;
     double value = 0;
     double peak = -1;
     for (int64_t run = 0; run <= repeats; ++run) {
@@ -187,16 +189,24 @@ int main(int argc, char** argv) {
       bench::Stopwatch clock;
       Tensor loss =
           losses::chunk_distillation_loss(p.logits, p.labels, p.teacher, p.chunks, p.projection, o, p.common).loss;
+      // The split: the forward (host index and plan, uploads, forward passes; the op reads the loss on the host,
+      // so it has waited for the device already) and the backward (one pass over the logits).
+      device_runtime::synchronize(device);
+      const double forward_ms = clock.ms();
       loss.backward();
       device_runtime::synchronize(device);
       if (run == 0) continue;
       samples.push_back(clock.ms());
+      forward_samples.push_back(forward_ms);
+      backward_samples.push_back(samples.back() - forward_ms);
       value = loss.item();
       peak = std::max(peak, meter.extra());
     }
     const bench::SampleSummary s = bench::summarize(samples);
-    fmt::print("{:>10} {:>12.3f} {:>12.3f} {:>14.1f} {:>12.6f}\n", name, s.median, s.min,
-               peak < 0 ? -1.0 : peak / (1 << 20), value);
+    const double forward = bench::summarize(forward_samples).median;
+    const double backward = bench::summarize(backward_samples).median;
+    fmt::print("{:>10} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.3f} {:>14.1f} {:>12.6f}\n", name, s.median, s.min, forward,
+               backward, peak < 0 ? -1.0 : peak / (1 << 20), value);
     if (json)
       json->write({{"framework", "retort"},
                    {"loss", name},
@@ -211,6 +221,8 @@ int main(int argc, char** argv) {
                    {"gold_top", gold_top},
                    {"time_ms", s.median},
                    {"min_ms", s.min},
+                   {"forward_ms", forward},
+                   {"backward_ms", backward},
                    {"peak_extra_bytes", peak},
                    {"loss_value", value}});
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/autograd/engine.h"
@@ -26,11 +28,26 @@ constexpr const char* kOp = "chunk_distillation_loss";
 #define RETORT_CHUNK_DISPATCH(device, fn, ...) RETORT_VOCAB_DISPATCH(k, device, fn, __VA_ARGS__)
 
 // What the KL plan needs of the projection over this rank's shard: its rows on the host, their sums (uploaded), and
-// the transpose of the shard's rows (teacher id -> local student columns and weights).
+// the transpose of the shard's rows (teacher id -> the local student columns mapping into it, with their weights and
+// their whole rows), packed for the plan's walk.
+//
+// Why packed: the plan visits, for every slot of every chunk, the student columns mapping into its teacher id and
+// each such column's whole projection row. Read through the plain CSR arrays and per-teacher-id stamp tables, that is
+// about ten dependent cache misses per slot over arrays of several MB (V_s and V_t entries each): 20-30 ms per call
+// at 4096 positions, 2,000 chunks and V ~ 150k, ten times the GPU passes. Here a teacher id's record is one
+// contiguous run (a line or two: each column's header, then its row), found through one offset, and prefetched a
+// few slots ahead; membership in S_c is a binary search over the chunk's few dozen sorted slot ids (in L1), not a
+// V_t-sized stamp table. Built once per projection and shard (cached below).
+struct RecordItem {
+  int32_t id = 0;     // header: the local column u; row item: a teacher id of u's row
+  int32_t count = 0;  // header: the number of row items that follow it
+  double weight = 0;  // header: W_u,v; row item: that teacher id's weight
+};
 struct ShardProjection {
   HostProjection w;
-  std::vector<int32_t> t_offsets, t_column;
-  std::vector<double> t_weight, column_weight;
+  std::vector<int32_t> record_offsets;  // [V_t + 1] into records
+  std::vector<RecordItem> records;      // per teacher id: (header, row items) per column mapping into it, increasing
+  std::vector<double> column_weight;
   Tensor column_weight_device;  // stat dtype, on the student's device
 };
 
@@ -40,23 +57,32 @@ ShardProjection shard_projection(const VocabProjection& projection, const vp::Vo
   sp.w = chunk_index::host_projection(projection, shard.total, kOp);
   const HostProjection& w = sp.w;
   const int64_t vt = projection.teacher_vocab, valid = shard.valid, start = shard.start;
-  sp.t_offsets.assign(static_cast<size_t>(vt) + 1, 0);
-  const int32_t e0 = w.row_offsets[static_cast<size_t>(start)];
-  const int32_t e1 = w.row_offsets[static_cast<size_t>(start + valid)];
-  for (int32_t e = e0; e < e1; ++e) ++sp.t_offsets[static_cast<size_t>(w.teacher_ids[static_cast<size_t>(e)]) + 1];
-  for (int64_t v = 0; v < vt; ++v) sp.t_offsets[static_cast<size_t>(v) + 1] += sp.t_offsets[static_cast<size_t>(v)];
-  sp.t_column.resize(static_cast<size_t>(e1 - e0));
-  sp.t_weight.resize(static_cast<size_t>(e1 - e0));
-  sp.column_weight.assign(static_cast<size_t>(valid), 0.0);
-  std::vector<int32_t> fill(sp.t_offsets.begin(), sp.t_offsets.end() - 1);
+  auto row_length = [&](int64_t u) {
+    return w.row_offsets[static_cast<size_t>(start + u) + 1] - w.row_offsets[static_cast<size_t>(start + u)];
+  };
+  // Sizes first (each entry of column u takes 1 + |row u| items in its teacher id's record), then the fill.
+  sp.record_offsets.assign(static_cast<size_t>(vt) + 1, 0);
   for (int64_t u = 0; u < valid; ++u)
     for (int32_t e = w.row_offsets[static_cast<size_t>(start + u)];
-         e < w.row_offsets[static_cast<size_t>(start + u) + 1]; ++e) {
-      const size_t at = static_cast<size_t>(fill[static_cast<size_t>(w.teacher_ids[static_cast<size_t>(e)])]++);
-      sp.t_column[at] = static_cast<int32_t>(u);
-      sp.t_weight[at] = w.weights[static_cast<size_t>(e)];
+         e < w.row_offsets[static_cast<size_t>(start + u) + 1]; ++e)
+      sp.record_offsets[static_cast<size_t>(w.teacher_ids[static_cast<size_t>(e)]) + 1] += 1 + row_length(u);
+  for (int64_t v = 0; v < vt; ++v)
+    sp.record_offsets[static_cast<size_t>(v) + 1] += sp.record_offsets[static_cast<size_t>(v)];
+  sp.records.resize(static_cast<size_t>(sp.record_offsets.back()));
+  sp.column_weight.assign(static_cast<size_t>(valid), 0.0);
+  std::vector<int32_t> fill(sp.record_offsets.begin(), sp.record_offsets.end() - 1);
+  for (int64_t u = 0; u < valid; ++u) {
+    const int32_t r0 = w.row_offsets[static_cast<size_t>(start + u)],
+                  r1 = w.row_offsets[static_cast<size_t>(start + u) + 1];
+    for (int32_t e = r0; e < r1; ++e) {
+      int32_t& at = fill[static_cast<size_t>(w.teacher_ids[static_cast<size_t>(e)])];
+      sp.records[static_cast<size_t>(at++)] = {static_cast<int32_t>(u), r1 - r0, w.weights[static_cast<size_t>(e)]};
+      for (int32_t f = r0; f < r1; ++f)
+        sp.records[static_cast<size_t>(at++)] = {w.teacher_ids[static_cast<size_t>(f)], 0,
+                                                 w.weights[static_cast<size_t>(f)]};
       sp.column_weight[static_cast<size_t>(u)] += w.weights[static_cast<size_t>(e)];
     }
+  }
   sp.column_weight_device = chunk_index::upload_reals(sp.column_weight, stats, device);
   return sp;
 }
@@ -97,55 +123,91 @@ const ShardProjection& cached_shard_projection(const VocabProjection& projection
   return cache.value;
 }
 
-// The KL plan of this rank's shard (chunk_distillation_kernels.h): for every S_c column, the local student ids that
-// map into it (through the projection's transpose), and the chunk's preimage columns with their weight outside S_c.
-k::ChunkPlan build_plan(const ChunkIndex& x, const ShardProjection& sp, const vp::VocabShard& shard, DType stats,
-                        Device device) {
-  using chunk_index::upload_ints;
-  using chunk_index::upload_reals;
-  const HostProjection& w = sp.w;
-  const std::vector<int32_t>& t_offsets = sp.t_offsets;
-  const std::vector<int32_t>& t_column = sp.t_column;
-  const std::vector<double>& t_weight = sp.t_weight;
-  const int64_t vt = x.teacher_vocab, valid = shard.valid, start = shard.start;
+// The host lists of a KL plan, before their upload.
+struct PlanLists {
+  std::vector<int32_t> slot_entries, entry_column, chunk_pre, pre_column, pre_entries, pre_slot, row_offset;
+  std::vector<double> entry_weight, pre_outside, pre_weight, scale;
+  // The columns reached from a chunk's slots, each with its header's index in the records: column << 32 | index.
+  std::vector<uint64_t> reached;
+  // Empty, and a part of a plan: its offsets count from 0 with no leading 0.
+  void clear_part() {
+    for (auto* v : {&slot_entries, &entry_column, &chunk_pre, &pre_column, &pre_entries, &pre_slot, &row_offset})
+      v->clear();
+    for (auto* v : {&entry_weight, &pre_outside, &pre_weight, &scale}) v->clear();
+    reached.clear();
+  }
+  // Empty, and the start of a whole plan: every offset list begins with its 0.
+  void clear() {
+    clear_part();
+    slot_entries.push_back(0);
+    chunk_pre.push_back(0);
+    pre_entries.push_back(0);
+  }
+};
 
-  const size_t nc = static_cast<size_t>(x.chunks);
-  std::vector<int32_t> slot_entries{0}, entry_column, chunk_pre{0}, pre_column, pre_entries{0}, pre_slot;
-  std::vector<double> entry_weight, pre_outside, pre_weight;
-  // stamp[v] = c while teacher id v is in S_c; global_slot[v] its global slot then. seen[u] = c while local column u
-  // is in chunk c's preimage.
-  std::vector<int32_t> stamp(static_cast<size_t>(vt), -1), global_slot(static_cast<size_t>(vt), 0);
-  std::vector<int32_t> seen(static_cast<size_t>(valid), -1);
-  int64_t max_preimage = 0;
-  for (size_t c = 0; c < nc; ++c) {
-    const size_t pre_first = pre_column.size();
-    for (int32_t g = x.chunk_slots[c]; g < x.chunk_slots[c + 1]; ++g) {
-      const int32_t v = x.slot_ids[static_cast<size_t>(g)];
-      stamp[static_cast<size_t>(v)] = static_cast<int32_t>(c);
-      global_slot[static_cast<size_t>(v)] = g;
-      for (int32_t e = t_offsets[static_cast<size_t>(v)]; e < t_offsets[static_cast<size_t>(v) + 1]; ++e) {
-        const int32_t u = t_column[static_cast<size_t>(e)];
-        entry_column.push_back(u);
-        entry_weight.push_back(t_weight[static_cast<size_t>(e)]);
-        if (seen[static_cast<size_t>(u)] != static_cast<int32_t>(c)) {
-          seen[static_cast<size_t>(u)] = static_cast<int32_t>(c);
-          pre_column.push_back(u);
-        }
+// The index of `id` in the sorted ids[0, n), or -1: a branch-free binary search (the ids looked up are random, so a
+// branching search mispredicts at nearly every step).
+int32_t find_sorted(const int32_t* ids, int32_t n, int32_t id) {
+  if (n == 0) return -1;
+  const int32_t* base = ids;
+  while (n > 1) {
+    const int32_t half = n / 2;
+    base = base[half] <= id ? base + half : base;
+    n -= half;
+  }
+  return *base == id ? static_cast<int32_t>(base - ids) : -1;
+}
+
+// Plans chunks [c0, c1) into `out`, appending; its offsets (slot_entries, chunk_pre, pre_entries) count from out's
+// current list sizes, its slots are global.
+void plan_chunks(const ChunkIndex& x, const ShardProjection& sp, size_t c0, size_t c1, PlanLists& out,
+                 int64_t& max_preimage) {
+  auto& [slot_entries, entry_column, chunk_pre, pre_column, pre_entries, pre_slot, row_offset, entry_weight,
+         pre_outside, pre_weight, scale, reached] = out;
+  const int32_t* offsets = sp.record_offsets.data();
+  const RecordItem* records = sp.records.data();
+  const int32_t* slot_ids = x.slot_ids.data();
+  const int32_t slot_end = x.chunk_slots[c1];
+  // Prefetch distances in slots: the record offset of the slot kPrefetchOffset ahead, the record itself of the
+  // slot kPrefetchRecord ahead (its offset is in cache by then).
+  constexpr int32_t kPrefetchOffset = 16, kPrefetchRecord = 8;
+  for (size_t c = c0; c < c1; ++c) {
+    const int32_t g0 = x.chunk_slots[c], g1 = x.chunk_slots[c + 1];
+    const int32_t* set_begin = slot_ids + g0;
+    reached.clear();
+    for (int32_t g = g0; g < g1; ++g) {
+      if (g + kPrefetchOffset < slot_end) __builtin_prefetch(offsets + slot_ids[g + kPrefetchOffset]);
+      if (g + kPrefetchRecord < slot_end) {
+        const RecordItem* ahead = records + offsets[slot_ids[g + kPrefetchRecord]];
+        __builtin_prefetch(ahead);
+        __builtin_prefetch(ahead + 4);
+      }
+      const int32_t v = slot_ids[g];
+      for (int32_t i = offsets[v]; i < offsets[v + 1]; i += 1 + records[i].count) {
+        entry_column.push_back(records[i].id);
+        entry_weight.push_back(records[i].weight);
+        reached.push_back(static_cast<uint64_t>(records[i].id) << 32 | static_cast<uint32_t>(i));
       }
       slot_entries.push_back(static_cast<int32_t>(entry_column.size()));
     }
-    std::sort(pre_column.begin() + static_cast<ptrdiff_t>(pre_first), pre_column.end());
-    // Each preimage column's row split into its weights onto S_c (by slot) and the exact sum of the others.
-    for (size_t q = pre_first; q < pre_column.size(); ++q) {
-      const int64_t id = start + pre_column[q];
+    // The preimage: the distinct columns reached, increasing. Each column's row split into its weights onto S_c
+    // (by slot) and the exact sum of the others, in row order.
+    std::sort(reached.begin(), reached.end());
+    const size_t pre_first = pre_column.size();
+    for (size_t i = 0; i < reached.size(); ++i) {
+      const int32_t column = static_cast<int32_t>(reached[i] >> 32);
+      if (i > 0 && static_cast<int32_t>(reached[i - 1] >> 32) == column) continue;
+      pre_column.push_back(column);
+      const RecordItem* header = records + static_cast<uint32_t>(reached[i]);
       double outside = 0;
-      for (int32_t e = w.row_offsets[static_cast<size_t>(id)]; e < w.row_offsets[static_cast<size_t>(id) + 1]; ++e) {
-        const int32_t v = w.teacher_ids[static_cast<size_t>(e)];
-        if (stamp[static_cast<size_t>(v)] == static_cast<int32_t>(c)) {
-          pre_slot.push_back(global_slot[static_cast<size_t>(v)]);
-          pre_weight.push_back(w.weights[static_cast<size_t>(e)]);
+      for (int32_t j = 1; j <= header->count; ++j) {
+        const RecordItem& item = header[j];
+        const int32_t at = find_sorted(set_begin, g1 - g0, item.id);
+        if (at >= 0) {
+          pre_slot.push_back(g0 + at);
+          pre_weight.push_back(item.weight);
         } else {
-          outside += w.weights[static_cast<size_t>(e)];
+          outside += item.weight;
         }
       }
       pre_outside.push_back(outside);
@@ -154,8 +216,68 @@ k::ChunkPlan build_plan(const ChunkIndex& x, const ShardProjection& sp, const vp
     chunk_pre.push_back(static_cast<int32_t>(pre_column.size()));
     max_preimage = std::max<int64_t>(max_preimage, static_cast<int64_t>(pre_column.size() - pre_first));
   }
+}
 
-  std::vector<int32_t> row_offset(static_cast<size_t>(x.student_rows), 0);
+// Worker threads of a plan: at most kMaxPlanThreads, each with at least kSlotsPerPlanThread slots.
+constexpr int64_t kMaxPlanThreads = 8, kSlotsPerPlanThread = 4096;
+
+// The KL plan of this rank's shard (chunk_distillation_kernels.h): for every S_c column, the local student ids that
+// map into it (through the projection's transpose), and the chunk's preimage columns with their weight outside S_c.
+k::ChunkPlan build_plan(const ChunkIndex& x, const ShardProjection& sp, const vp::VocabShard& shard, DType stats,
+                        Device device) {
+  using chunk_index::upload_ints;
+  using chunk_index::upload_reals;
+  const size_t nc = static_cast<size_t>(x.chunks);
+  // The plan's host lists, kept per thread from call to call: fresh multi-MB vectors every step would spend
+  // milliseconds in page faults alone.
+  thread_local PlanLists lists;
+  lists.clear();
+  auto& [slot_entries, entry_column, chunk_pre, pre_column, pre_entries, pre_slot, row_offset, entry_weight,
+         pre_outside, pre_weight, scale, reached] = lists;
+  int64_t max_preimage = 0;
+  // Chunks are independent: above a few thousand slots, ranges of them are planned on worker threads (each into
+  // its own lists, kept from call to call like the main ones) and appended in chunk order, offsets shifted. The
+  // walk is bound by memory latency, so threads overlap the misses. The result is the same as one thread's.
+  const int64_t slots = static_cast<int64_t>(x.slot_ids.size());
+  const int workers =
+      static_cast<int>(std::min<int64_t>({static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())),
+                                          kMaxPlanThreads, slots / kSlotsPerPlanThread, static_cast<int64_t>(nc)}));
+  if (workers <= 1) {
+    plan_chunks(x, sp, 0, nc, lists, max_preimage);
+  } else {
+    thread_local std::vector<PlanLists> kept_parts;
+    kept_parts.resize(static_cast<size_t>(workers));
+    std::vector<PlanLists>& parts = kept_parts;  // this thread's: a worker naming kept_parts would get its own
+    std::vector<int64_t> part_max(static_cast<size_t>(workers), 0);
+    {
+      std::vector<std::jthread> threads;
+      for (int t = 0; t < workers; ++t) {
+        const size_t c0 = nc * static_cast<size_t>(t) / static_cast<size_t>(workers);
+        const size_t c1 = nc * static_cast<size_t>(t + 1) / static_cast<size_t>(workers);
+        threads.emplace_back([&, t, c0, c1] {
+          parts[static_cast<size_t>(t)].clear_part();
+          plan_chunks(x, sp, c0, c1, parts[static_cast<size_t>(t)], part_max[static_cast<size_t>(t)]);
+        });
+      }
+    }
+    for (int t = 0; t < workers; ++t) {
+      const PlanLists& part = parts[static_cast<size_t>(t)];
+      const auto entries = static_cast<int32_t>(entry_column.size());
+      const auto pre = static_cast<int32_t>(pre_column.size());
+      const auto pre_items = static_cast<int32_t>(pre_slot.size());
+      for (int32_t v : part.slot_entries) slot_entries.push_back(entries + v);
+      for (int32_t v : part.chunk_pre) chunk_pre.push_back(pre + v);
+      for (int32_t v : part.pre_entries) pre_entries.push_back(pre_items + v);
+      entry_column.insert(entry_column.end(), part.entry_column.begin(), part.entry_column.end());
+      entry_weight.insert(entry_weight.end(), part.entry_weight.begin(), part.entry_weight.end());
+      pre_column.insert(pre_column.end(), part.pre_column.begin(), part.pre_column.end());
+      pre_outside.insert(pre_outside.end(), part.pre_outside.begin(), part.pre_outside.end());
+      pre_slot.insert(pre_slot.end(), part.pre_slot.begin(), part.pre_slot.end());
+      pre_weight.insert(pre_weight.end(), part.pre_weight.begin(), part.pre_weight.end());
+      max_preimage = std::max(max_preimage, part_max[static_cast<size_t>(t)]);
+    }
+  }
+  row_offset.assign(static_cast<size_t>(x.student_rows), 0);
   int64_t columns = 0;
   for (int64_t r = 0; r < x.student_rows; ++r) {
     const int32_t c = x.row_chunk[static_cast<size_t>(r)];
@@ -166,7 +288,7 @@ k::ChunkPlan build_plan(const ChunkIndex& x, const ShardProjection& sp, const vp
   RETORT_INPUT_CHECK(2 * x.student_rows + columns < std::numeric_limits<int32_t>::max(),
                      "{}: {} rows with {} chunk columns in all are too many for one call; split the batch", kOp,
                      x.student_rows, columns);
-  std::vector<double> scale(nc);
+  scale.resize(nc);
   for (size_t c = 0; c < nc; ++c) scale[c] = 1.0 / static_cast<double>(x.chunk_rows[c + 1] - x.chunk_rows[c]);
 
   k::ChunkPlan p;
@@ -176,23 +298,23 @@ k::ChunkPlan build_plan(const ChunkIndex& x, const ShardProjection& sp, const vp
   p.row_columns = columns;
   p.max_preimage = max_preimage;
   p.row_chunk = upload_ints(x.row_chunk, device);
-  p.row_column_offset = upload_ints(std::move(row_offset), device);
+  p.row_column_offset = upload_ints(row_offset, device);
   p.chunk_rows = upload_ints(x.chunk_rows, device);
   p.chunk_row_list = upload_ints(x.rows, device);
   p.chunk_slots = upload_ints(x.chunk_slots, device);
-  p.slot_entries = upload_ints(std::move(slot_entries), device);
-  p.entry_column = upload_ints(std::move(entry_column), device);
-  p.entry_weight = upload_reals(std::move(entry_weight), stats, device);
-  p.chunk_preimage = upload_ints(std::move(chunk_pre), device);
-  p.preimage_column = upload_ints(std::move(pre_column), device);
-  p.preimage_outside = upload_reals(std::move(pre_outside), stats, device);
-  p.preimage_entries = upload_ints(std::move(pre_entries), device);
-  p.preimage_entry_slot = upload_ints(std::move(pre_slot), device);
-  p.preimage_entry_weight = upload_reals(std::move(pre_weight), stats, device);
+  p.slot_entries = upload_ints(slot_entries, device);
+  p.entry_column = upload_ints(entry_column, device);
+  p.entry_weight = upload_reals(entry_weight, stats, device);
+  p.chunk_preimage = upload_ints(chunk_pre, device);
+  p.preimage_column = upload_ints(pre_column, device);
+  p.preimage_outside = upload_reals(pre_outside, stats, device);
+  p.preimage_entries = upload_ints(pre_entries, device);
+  p.preimage_entry_slot = upload_ints(pre_slot, device);
+  p.preimage_entry_weight = upload_reals(pre_weight, stats, device);
   p.column_weight = sp.column_weight_device;
   p.teacher_log = upload_reals(x.teacher_log, stats, device);
   p.teacher_log_rest = upload_reals(x.teacher_rest, stats, device);
-  p.chunk_scale = upload_reals(std::move(scale), stats, device);
+  p.chunk_scale = upload_reals(scale, stats, device);
   return p;
 }
 

@@ -24,6 +24,7 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 struct CommonPairs {
   std::vector<int32_t> student, teacher;
+  std::vector<int32_t> pair_of_teacher;  // [V_t]: the pair of each teacher id, or -1
 };
 
 CommonPairs check_common(const CommonIds& common, int64_t student_vocab, int64_t teacher_vocab, std::string_view op) {
@@ -34,7 +35,7 @@ CommonPairs check_common(const CommonIds& common, int64_t student_vocab, int64_t
                      "(student ids, teacher ids), got {} and {}",
                      op, common.student_ids.defined() ? common.student_ids.describe() : "(undefined)",
                      common.teacher_ids.defined() ? common.teacher_ids.describe() : "(undefined)");
-  CommonPairs p{common.student_ids.to(Device::cpu()).to_ints(), common.teacher_ids.to(Device::cpu()).to_ints()};
+  CommonPairs p{common.student_ids.to(Device::cpu()).to_ints(), common.teacher_ids.to(Device::cpu()).to_ints(), {}};
   std::vector<uint8_t> seen_s(static_cast<size_t>(student_vocab), 0), seen_t(static_cast<size_t>(teacher_vocab), 0);
   for (size_t i = 0; i < p.student.size(); ++i) {
     const int32_t u = p.student[i], v = p.teacher[i];
@@ -47,7 +48,36 @@ CommonPairs check_common(const CommonIds& common, int64_t student_vocab, int64_t
                        op, i, u, v);
     seen_s[static_cast<size_t>(u)] = seen_t[static_cast<size_t>(v)] = 1;
   }
+  p.pair_of_teacher.assign(static_cast<size_t>(teacher_vocab), -1);
+  for (size_t i = 0; i < p.teacher.size(); ++i)
+    p.pair_of_teacher[static_cast<size_t>(p.teacher[i])] = static_cast<int32_t>(i);
   return p;
+}
+
+// The common pairs are built once per tokenizer pair and passed to every step: the last ones seen (per thread, as
+// thread ranks each run their own calls) are kept checked, with handles on their tensors so they cannot be freed
+// and replaced at the same address. Checking and downloading them again every step cost milliseconds. Their tensors
+// must not be changed in place.
+const CommonPairs& cached_common(const CommonIds& common, int64_t student_vocab, int64_t teacher_vocab,
+                                 std::string_view op) {
+  struct Entry {
+    Tensor student_ids, teacher_ids;
+    int64_t student_vocab = 0, teacher_vocab = 0;
+    CommonPairs value;
+  };
+  thread_local Entry cache;
+  const bool hit = cache.student_ids.defined() && common.student_ids.defined() && common.teacher_ids.defined() &&
+                   cache.student_ids.impl() == common.student_ids.impl() &&
+                   cache.teacher_ids.impl() == common.teacher_ids.impl() && cache.student_vocab == student_vocab &&
+                   cache.teacher_vocab == teacher_vocab;
+  if (!hit) {
+    cache.value = check_common(common, student_vocab, teacher_vocab, op);  // throws on bad input before caching
+    cache.student_ids = common.student_ids;
+    cache.teacher_ids = common.teacher_ids;
+    cache.student_vocab = student_vocab;
+    cache.teacher_vocab = teacher_vocab;
+  }
+  return cache.value;
 }
 
 // The teacher's uncommon probabilities of chunk c, sorted decreasing, in compact form: the listed ones (ids of S_c
@@ -180,7 +210,7 @@ Tensor gold_loss(const Tensor& student_in, const ChunkIndex& x, const CommonIds&
   RETORT_INPUT_CHECK(o.gold_uncommon_top >= 1, "{}: gold_uncommon_top must be at least 1, got {}", kOp,
                      o.gold_uncommon_top);
   const int64_t vt = x.teacher_vocab, vs = shard.total;
-  const CommonPairs pairs = check_common(common, vs, vt, kOp);
+  const CommonPairs& pairs = cached_common(common, vs, vt, kOp);
   const int64_t n_pairs = static_cast<int64_t>(pairs.student.size());
   const DType stats = vp::stat_dtype(student_in);
   const Device cpu = Device::cpu();
@@ -200,9 +230,8 @@ Tensor gold_loss(const Tensor& student_in, const ChunkIndex& x, const CommonIds&
   for (int64_t c = 0; c < x.chunks; ++c)
     plan.chunk_scale.push_back(1.0 / static_cast<double>(x.chunk_rows[c + 1] - x.chunk_rows[c]));
   plan.common.assign(static_cast<size_t>(shard.valid), 0);
-  std::vector<int32_t> pair_of_teacher(static_cast<size_t>(vt), -1);
+  const std::vector<int32_t>& pair_of_teacher = pairs.pair_of_teacher;
   for (int64_t i = 0; i < n_pairs; ++i) {
-    pair_of_teacher[static_cast<size_t>(pairs.teacher[i])] = static_cast<int32_t>(i);
     const int64_t local = pairs.student[i] - shard.start;
     if (local >= 0 && local < shard.valid) plan.common[static_cast<size_t>(local)] = 1;
   }
@@ -211,12 +240,18 @@ Tensor gold_loss(const Tensor& student_in, const ChunkIndex& x, const CommonIds&
   std::vector<double> chunk_g(static_cast<size_t>(x.chunks), 0.0);
   std::vector<TeacherSorted> teacher_sorted(static_cast<size_t>(x.chunks));
   plan.special_offsets.push_back(0);
+  constexpr int32_t kPairAhead = 16;
+  const auto slot_total = static_cast<int32_t>(x.slot_ids.size());
+  std::vector<std::pair<int32_t, double>> specials;
   for (int64_t c = 0; c < x.chunks; ++c) {
-    std::vector<std::pair<int32_t, double>> specials;
+    specials.clear();
     int64_t in_set = 0;
     double g_common = 0;
     TeacherSorted& b = teacher_sorted[static_cast<size_t>(c)];
     for (int32_t slot = x.chunk_slots[c]; slot < x.chunk_slots[c + 1]; ++slot) {
+      // pair_of_teacher is read at random over V_t: fetched kPairAhead slots early.
+      if (slot + kPairAhead < slot_total)
+        __builtin_prefetch(pair_of_teacher.data() + x.slot_ids[static_cast<size_t>(slot + kPairAhead)]);
       const int32_t v = x.slot_ids[static_cast<size_t>(slot)];
       const double r = x.teacher_log[static_cast<size_t>(slot)];
       const int32_t pair = pair_of_teacher[static_cast<size_t>(v)];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "core/util/error.h"
 #include "losses/kernels/topk_distillation_row_math.h"
@@ -10,6 +11,9 @@
 namespace retort::losses::chunk_index {
 
 namespace {
+
+// Worker threads of the index: at most kMaxIndexThreads, each with at least kIdsPerIndexThread teacher ids.
+constexpr int64_t kMaxIndexThreads = 8, kIdsPerIndexThread = 8192;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -57,19 +61,54 @@ ChunkIndex build_chunk_index(int64_t student_rows, const ChunkTeacherTargets& te
   check_chunk_ids(teacher_chunk, chunks.chunk_count, op, "teacher");
   const std::vector<int32_t> ids = host_ints(teacher.ids);
   const std::vector<double> logprobs = teacher.logprobs.to(Device::cpu()).to_doubles();
+  // V_t-sized tables, kept per thread from call to call: allocating and clearing them (several MB, page faults
+  // included) every step cost more than their use. Entries are stamped with numbers that only grow from call to
+  // call (a call's first stamp is past the last one used), so nothing needs clearing; the chunk stamps restart, with
+  // the table cleared, before they would overflow.
+  struct SlotEntry {
+    int32_t chunk = -1;  // the (stamped) chunk whose S_c holds the teacher id
+    int32_t slot = 0;    // its slot in that S_c
+  };
+  struct Part {  // a worker thread's table and lists (below)
+    std::vector<SlotEntry> table;
+    std::vector<int32_t> slots;
+    std::vector<double> log;
+  };
+  thread_local std::vector<int64_t> last_row;
+  thread_local std::vector<SlotEntry> slot_table;
+  thread_local std::vector<Part> kept_parts;
+  thread_local int64_t next_row_stamp = 0;
+  thread_local int32_t next_chunk_stamp = 0;
+  if (static_cast<int64_t>(last_row.size()) < teacher_vocab) {
+    last_row.assign(static_cast<size_t>(teacher_vocab), -1);
+    slot_table.assign(static_cast<size_t>(teacher_vocab), SlotEntry{});
+  }
+  // Before the chunk stamps would overflow: every table cleared (the workers' ones too) and stamps from 0.
+  const bool reset_tables = chunks.chunk_count > std::numeric_limits<int32_t>::max() - next_chunk_stamp;
+  if (reset_tables) {
+    std::fill(slot_table.begin(), slot_table.end(), SlotEntry{});
+    for (Part& part : kept_parts) part.table.clear();
+    next_chunk_stamp = 0;
+  }
+  const int64_t row_stamp = next_row_stamp;
+  next_row_stamp += n_t;
   {
-    std::vector<int64_t> last_row(static_cast<size_t>(teacher_vocab), -1);
+    constexpr int64_t kAhead = 16;  // prefetch distance in ids: the table lookups are random over V_t
     for (int64_t t = 0; t < n_t; ++t)
       for (int64_t i = 0; i < k; ++i) {
+        if (t * k + i + kAhead < n_t * k) {
+          const int32_t ahead = ids[static_cast<size_t>(t * k + i + kAhead)];
+          if (ahead >= 0 && ahead < teacher_vocab) __builtin_prefetch(last_row.data() + ahead);
+        }
         const int32_t v = ids[static_cast<size_t>(t * k + i)];
         RETORT_INPUT_CHECK(v >= 0 && v < teacher_vocab,
                            "{}: teacher id {} at position {}, slot {} is outside the teacher vocabulary of {}: the "
                            "teacher targets and the projection disagree on the teacher's vocabulary",
                            op, v, t, i, teacher_vocab);
-        RETORT_INPUT_CHECK(last_row[static_cast<size_t>(v)] != t,
+        RETORT_INPUT_CHECK(last_row[static_cast<size_t>(v)] != row_stamp + t,
                            "{}: teacher id {} appears twice at position {}: the K ids of a position must be distinct",
                            op, v, t);
-        last_row[static_cast<size_t>(v)] = t;
+        last_row[static_cast<size_t>(v)] = row_stamp + t;
       }
   }
 
@@ -121,50 +160,103 @@ ChunkIndex build_chunk_index(int64_t student_rows, const ChunkTeacherTargets& te
   }
   const double unlisted_count = static_cast<double>(teacher_vocab - k);
 
-  // S_c and R_c: slot_of[v] holds v's slot while v is in the current chunk's set (stamped by chunk).
-  std::vector<int32_t> stamp(static_cast<size_t>(teacher_vocab), -1), slot_of(static_cast<size_t>(teacher_vocab), 0);
+  // S_c and R_c: slot_table[v] holds v's slot while v is in the current chunk's set (stamped by chunk).
+  const int32_t chunk_base = next_chunk_stamp;
+  next_chunk_stamp += static_cast<int32_t>(nc);
   x.chunk_slots.assign(nc + 1, 0);
   x.teacher_rest.assign(nc, 0);
   x.teacher_unlisted.assign(nc, 0);
-  std::vector<double> listed;
-  for (size_t c = 0; c < nc; ++c) {
-    const int32_t t0 = teacher_offsets[c], t1 = teacher_offsets[c + 1];
-    const size_t first = x.slot_ids.size();
-    for (int32_t i = t0; i < t1; ++i) {
-      const int64_t t = teacher_list[static_cast<size_t>(i)];
-      for (int64_t j = 0; j < k; ++j) {
-        const int32_t v = ids[static_cast<size_t>(t * k + j)];
-        if (stamp[static_cast<size_t>(v)] == static_cast<int32_t>(c)) continue;
-        stamp[static_cast<size_t>(v)] = static_cast<int32_t>(c);
-        x.slot_ids.push_back(v);
+  // Chunks [c0, c1): their S_c appended to slots_out and their R_c to log_out, |S_c| into chunk_slots[c + 1] (the
+  // offsets are summed at the end), R_c,rest and the unlisted R_c in place. `table` is only this range's.
+  auto index_chunks = [&](size_t c0, size_t c1, std::vector<SlotEntry>& table, std::vector<int32_t>& slots_out,
+                          std::vector<double>& log_out) {
+    // The table entries of a chunk's teacher ids, fetched while the chunk before it is worked on.
+    auto prefetch_chunk = [&](size_t c) {
+      if (c >= c1) return;
+      for (int32_t i = teacher_offsets[c]; i < teacher_offsets[c + 1]; ++i) {
+        const int64_t t = teacher_list[static_cast<size_t>(i)];
+        for (int64_t j = 0; j < k; ++j) __builtin_prefetch(table.data() + ids[static_cast<size_t>(t * k + j)]);
+      }
+    };
+    prefetch_chunk(c0);
+    std::vector<double> listed, sum;
+    for (size_t c = c0; c < c1; ++c) {
+      const int32_t t0 = teacher_offsets[c], t1 = teacher_offsets[c + 1];
+      const size_t first = slots_out.size();
+      prefetch_chunk(c + 1);
+      const int32_t stamp = chunk_base + static_cast<int32_t>(c);
+      for (int32_t i = t0; i < t1; ++i) {
+        const int64_t t = teacher_list[static_cast<size_t>(i)];
+        for (int64_t j = 0; j < k; ++j) {
+          const int32_t v = ids[static_cast<size_t>(t * k + j)];
+          if (table[static_cast<size_t>(v)].chunk == stamp) continue;
+          table[static_cast<size_t>(v)].chunk = stamp;
+          slots_out.push_back(v);
+        }
+      }
+      std::sort(slots_out.begin() + static_cast<ptrdiff_t>(first), slots_out.end());
+      const size_t width = slots_out.size() - first;
+      for (size_t g = first; g < slots_out.size(); ++g)
+        table[static_cast<size_t>(slots_out[g])].slot = static_cast<int32_t>(g - first);
+      x.chunk_slots[c + 1] = static_cast<int32_t>(width);
+      // R_c,v = the mean over the chunk's teacher positions of the listed value or the unlisted one.
+      sum.assign(width, 0.0);
+      double rest = 0, unlisted_sum = 0;
+      const double outside_ids = unlisted_count - static_cast<double>(width - static_cast<size_t>(k));
+      for (int32_t i = t0; i < t1; ++i) {
+        const int64_t t = teacher_list[static_cast<size_t>(i)];
+        const double unlisted = log_rest[static_cast<size_t>(t)] - std::log(unlisted_count);
+        listed.assign(width, std::numeric_limits<double>::quiet_NaN());
+        for (int64_t j = 0; j < k; ++j)
+          listed[static_cast<size_t>(table[static_cast<size_t>(ids[static_cast<size_t>(t * k + j)])].slot)] =
+              logprobs[static_cast<size_t>(t * k + j)];
+        for (size_t g = 0; g < width; ++g) sum[g] += std::isnan(listed[g]) ? unlisted : listed[g];
+        unlisted_sum += unlisted;
+        // The tail mass of t left outside S_c: its rest spread over V_t - K ids, of which m_t = |S_c| - K are in
+        // S_c.
+        rest += outside_ids > 0 ? log_rest[static_cast<size_t>(t)] + std::log(outside_ids / unlisted_count) : kNegInf;
+      }
+      const double n = static_cast<double>(t1 - t0);
+      for (size_t g = 0; g < width; ++g) log_out.push_back(sum[g] / n);
+      x.teacher_rest[c] = rest / n;
+      x.teacher_unlisted[c] = unlisted_sum / n;
+    }
+  };
+  // Above a few thousand teacher ids, ranges of chunks go to worker threads (bound by memory latency, they overlap
+  // their misses), each with its own table and lists, kept from call to call; the parts are appended in chunk
+  // order, so the index is the same as one thread's.
+  const int64_t work = static_cast<int64_t>(teacher_list.size()) * k;
+  const int workers =
+      static_cast<int>(std::min<int64_t>({static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())),
+                                          kMaxIndexThreads, work / kIdsPerIndexThread, static_cast<int64_t>(nc)}));
+  if (workers <= 1) {
+    index_chunks(0, nc, slot_table, x.slot_ids, x.teacher_log);
+  } else {
+    if (kept_parts.size() < static_cast<size_t>(workers)) kept_parts.resize(static_cast<size_t>(workers));
+    std::vector<Part>& parts = kept_parts;  // this thread's: a worker naming kept_parts would get its own
+    {
+      std::vector<std::jthread> threads;
+      for (int w = 0; w < workers; ++w) {
+        const size_t c0 = nc * static_cast<size_t>(w) / static_cast<size_t>(workers);
+        const size_t c1 = nc * static_cast<size_t>(w + 1) / static_cast<size_t>(workers);
+        threads.emplace_back([&, w, c0, c1] {
+          Part& part = parts[static_cast<size_t>(w)];
+          if (static_cast<int64_t>(part.table.size()) < teacher_vocab)
+            part.table.assign(static_cast<size_t>(teacher_vocab), SlotEntry{});
+          part.slots.clear();
+          part.log.clear();
+          index_chunks(c0, c1, part.table, part.slots, part.log);
+        });
       }
     }
-    std::sort(x.slot_ids.begin() + static_cast<ptrdiff_t>(first), x.slot_ids.end());
-    const size_t width = x.slot_ids.size() - first;
-    for (size_t g = first; g < x.slot_ids.size(); ++g)
-      slot_of[static_cast<size_t>(x.slot_ids[g])] = static_cast<int32_t>(g - first);
-    x.chunk_slots[c + 1] = static_cast<int32_t>(x.slot_ids.size());
-    // R_c,v = the mean over the chunk's teacher positions of the listed value or the unlisted one.
-    std::vector<double> sum(width, 0.0);
-    double rest = 0, unlisted_sum = 0;
-    const double outside_ids = unlisted_count - static_cast<double>(width - static_cast<size_t>(k));
-    for (int32_t i = t0; i < t1; ++i) {
-      const int64_t t = teacher_list[static_cast<size_t>(i)];
-      const double unlisted = log_rest[static_cast<size_t>(t)] - std::log(unlisted_count);
-      listed.assign(width, std::numeric_limits<double>::quiet_NaN());
-      for (int64_t j = 0; j < k; ++j)
-        listed[static_cast<size_t>(slot_of[static_cast<size_t>(ids[static_cast<size_t>(t * k + j)])])] =
-            logprobs[static_cast<size_t>(t * k + j)];
-      for (size_t g = 0; g < width; ++g) sum[g] += std::isnan(listed[g]) ? unlisted : listed[g];
-      unlisted_sum += unlisted;
-      // The tail mass of t left outside S_c: its rest spread over V_t - K ids, of which m_t = |S_c| - K are in S_c.
-      rest += outside_ids > 0 ? log_rest[static_cast<size_t>(t)] + std::log(outside_ids / unlisted_count) : kNegInf;
+    for (int w = 0; w < workers; ++w) {
+      x.slot_ids.insert(x.slot_ids.end(), parts[static_cast<size_t>(w)].slots.begin(),
+                        parts[static_cast<size_t>(w)].slots.end());
+      x.teacher_log.insert(x.teacher_log.end(), parts[static_cast<size_t>(w)].log.begin(),
+                           parts[static_cast<size_t>(w)].log.end());
     }
-    const double n = static_cast<double>(t1 - t0);
-    for (size_t g = 0; g < width; ++g) x.teacher_log.push_back(sum[g] / n);
-    x.teacher_rest[c] = rest / n;
-    x.teacher_unlisted[c] = unlisted_sum / n;
   }
+  for (size_t c = 0; c < nc; ++c) x.chunk_slots[c + 1] += x.chunk_slots[c];
   return x;
 }
 
@@ -205,13 +297,13 @@ HostProjection host_projection(const VocabProjection& projection, int64_t studen
   return h;
 }
 
-Tensor upload_ints(std::vector<int32_t> values, Device device) {
-  if (values.empty()) values.push_back(0);
+Tensor upload_ints(const std::vector<int32_t>& values, Device device) {
+  if (values.empty()) return Tensor::from_ints({0}, {1}, device);
   return Tensor::from_ints(values, {static_cast<int64_t>(values.size())}, device);
 }
 
-Tensor upload_reals(std::vector<double> values, DType dtype, Device device) {
-  if (values.empty()) values.push_back(0);
+Tensor upload_reals(const std::vector<double>& values, DType dtype, Device device) {
+  if (values.empty()) return Tensor::from_doubles({0.0}, {1}, dtype, device);
   return Tensor::from_doubles(values, {static_cast<int64_t>(values.size())}, dtype, device);
 }
 

@@ -40,7 +40,7 @@ HostProjection host_projection(const VocabProjection& projection, int64_t studen
 
 // An i32 / stat-dtype tensor of `values` on `device`, never empty (a trailing 0 is added to an empty list so every
 // kernel argument has storage).
-Tensor upload_ints(std::vector<int32_t> values, Device device);
-Tensor upload_reals(std::vector<double> values, DType dtype, Device device);
+Tensor upload_ints(const std::vector<int32_t>& values, Device device);
+Tensor upload_reals(const std::vector<double>& values, DType dtype, Device device);
 
 }  // namespace retort::losses::chunk_index

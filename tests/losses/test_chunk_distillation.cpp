@@ -115,6 +115,14 @@ TEST(ChunkDistillation, ChunkKLOnARandomAlignmentAtTp124) {
   expect_matches_reference(p, gold_options(9), 2, DType::F64, 1e-12, 1e-10, Device::cpu(), true);
 }
 
+// Enough chunks (over 8,192 S_c slots) for the plan to be built on worker threads where the machine has two cores
+// or more; the result must not depend on how the chunks are split.
+TEST(ChunkDistillation, ChunkKLWithAPlanBuiltOnWorkerThreads) {
+  const ChunkProblem p = random_problem(1200, 97, 701, 16, 31);
+  expect_matches_reference(p, kl_options(), 1, DType::F64, 1e-12, 1e-10);
+  expect_matches_reference(p, kl_options(), 2, DType::F64, 1e-12, 1e-10);
+}
+
 TEST(ChunkDistillation, ChunkKLCollectivesAreOneMaxAndOnePackedSum) {
   ChunkProblem p = hand_made_problem();
   const auto results = run_at(p, 2, kl_options(), DType::F64);

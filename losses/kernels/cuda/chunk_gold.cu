@@ -137,14 +137,21 @@ __device__ int block_exclusive_scan(int flag, int* warp_totals, int* total) {
   const int in_warp = __popc(ballot & ((1u << lane) - 1u));
   if (lane == 0) warp_totals[warp] = __popc(ballot);
   __syncthreads();
-  int before = 0, all = 0;
-  for (int w = 0; w < warps; ++w) {
-    if (w < warp) before += warp_totals[w];
-    all += warp_totals[w];
+  // Warp 0 scans the warp totals with shuffles and leaves each warp's exclusive offset in place. (Every thread
+  // summing the totals itself, 32 shared loads per thread and scan, twice per column tile, made the select kernel
+  // bound by instruction issue.)
+  if (warp == 0) {
+    const int mine = lane < warps ? warp_totals[lane] : 0;
+    int inclusive = mine;
+    for (int d = 1; d < 32; d <<= 1) {
+      const int other = __shfl_up_sync(0xffffffffu, inclusive, d);
+      if (lane >= d) inclusive += other;
+    }
+    if (lane < warps) warp_totals[lane] = inclusive - mine;
+    if (lane == 31) *total = inclusive;
   }
-  if (threadIdx.x == 0) *total = all;
   __syncthreads();
-  return before + in_warp;
+  return warp_totals[warp] + in_warp;
 }
 
 __global__ void select_kernel(const float* ls, const int32_t* common, int64_t chunks, int64_t vocab, int64_t top,

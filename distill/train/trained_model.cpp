@@ -87,6 +87,18 @@ TrainedModel load_hf_folder_model(const fs::path& folder, Device device, std::sh
 
 }  // namespace
 
+namespace {
+
+// The vocabulary a run's model was trained with: data.vocab_size, except for a fine-tuned Hugging Face model, whose
+// vocabulary is its tokenizer's (data.vocab_size does not apply to it and keeps its default).
+int64_t run_vocab_size(const fs::path& run_dir, const ResolvedConfig& config) {
+  if (!config.get_string("model.from").empty())
+    if (const std::optional<RunTokenizerRecord> kept = read_run_tokenizer_record(run_dir)) return kept->vocab_size;
+  return config.get_int("data.vocab_size");
+}
+
+}  // namespace
+
 TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::shared_ptr<Communicator> tp_group,
                                 std::optional<int64_t> step) {
   if (is_hf_checkpoint_folder(run_dir) && !fs::exists(run_dir / "config.yaml")) {
@@ -103,11 +115,7 @@ TrainedModel load_trained_model(const fs::path& run_dir, Device device, std::sha
   TrainedModel trained;
   trained.run_dir = run_dir;
   trained.checkpoint = *checkpoint;
-  trained.vocab_size = config.get_int("data.vocab_size");
-  // A fine-tuned Hugging Face model's vocabulary is its tokenizer's (data.vocab_size does not apply).
-  if (!config.get_string("model.from").empty())
-    if (const std::optional<RunTokenizerRecord> kept = read_run_tokenizer_record(run_dir))
-      trained.vocab_size = kept->vocab_size;
+  trained.vocab_size = run_vocab_size(run_dir, config);
   trained.tokenizer_fingerprint = recorded_tokenizer_fingerprint(run_dir, config);
   trained.dtype = dtype_from_name(config.get_string("model.dtype"));
   trained.model = std::make_unique<GptModel>(gpt_config_from(config, trained.vocab_size), tp_group);
@@ -169,7 +177,7 @@ data::Tokenizer load_run_tokenizer(const fs::path& run_dir) {
   const ResolvedConfig config = load_run_config(run_dir);
   TrainedModel identity;
   identity.run_dir = run_dir;
-  identity.vocab_size = config.get_int("data.vocab_size");
+  identity.vocab_size = run_vocab_size(run_dir, config);
   identity.tokenizer_fingerprint = recorded_tokenizer_fingerprint(run_dir, config);
   return load_run_tokenizer(identity);
 }

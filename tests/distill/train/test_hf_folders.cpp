@@ -54,6 +54,23 @@ TEST(HfFolders, ModelFromTakesTheFoldersConfigAndTokenizer) {
   EXPECT_NE(message.find("400"), std::string::npos) << message;
 }
 
+// A fine-tuned folder's run keeps the folder's tokenizer and vocabulary (data.vocab_size, left at its default, does
+// not apply): its tokenizer is found
+// from the run folder alone, as a cross-tokenizer distillation reads a teacher's.
+TEST(HfFolders, AFineTunedRunsTokenizerIsFoundFromTheRunFolder) {
+  const fs::path run = testing::fresh_dir("hf_finetuned_tokenizer");
+  auto args = testing::tiny_overrides(run);
+  args.insert(args.end(), {"model.from=" + kQwen3.string(), "data.vocab_size=8192",
+                           "data.dir=" + (fs::temp_directory_path() / "retort_test_tiny_data_qwen3").string()});
+  run_label_training(testing::resolve(args), Device::cpu(), false);
+  const data::Tokenizer tokenizer = load_run_tokenizer(run);
+  const data::Tokenizer folders = data::Tokenizer::load(kQwen3 / "tokenizer.json");
+  EXPECT_EQ(tokenizer.vocab_size(), folders.vocab_size());
+  EXPECT_EQ(tokenizer.fingerprint(), folders.fingerprint());
+  EXPECT_EQ(load_trained_model(run, Device::cpu()).vocab_size, folders.vocab_size());
+  fs::remove_all(run);
+}
+
 TEST(HfFolders, ALlamaRunExportsToAFolderWithTheSameLogits) {
   const fs::path run = testing::fresh_dir("hf_export_run"), out = testing::fresh_dir("hf_export_out");
   run_label_training(testing::resolve(tiny_llama(run)), Device::cpu(), false);

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "bench/harness/bench_main.h"
+#include "bench/harness/corpus_files.h"
 #include "bench/harness/host_clock.h"
 #include "bench/harness/json_lines.h"
 #include "bench/harness/record_origin.h"
@@ -45,15 +46,8 @@ Text read_text(const fs::path& file) {
 }
 
 std::vector<Text> read_corpus(const fs::path& folder) {
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(folder)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_symlink() || !entry.is_regular_file() || name.ends_with(".dat") || name.ends_with(".u8")) continue;
-    files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
   std::vector<Text> texts;
-  for (const fs::path& file : files) texts.push_back(read_text(file));
+  for (const fs::path& file : bench::corpus_text_files(folder)) texts.push_back(read_text(file));
   return texts;
 }
 

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "bench/harness/bench_main.h"
+#include "bench/harness/corpus_files.h"
 #include "bench/harness/host_clock.h"
 #include "bench/harness/json_lines.h"
 #include "bench/harness/record_origin.h"
@@ -28,16 +29,9 @@ namespace fs = std::filesystem;
 namespace {
 
 std::vector<std::string> corpus_texts(const fs::path& folder, size_t& bytes) {
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(folder)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_symlink() || !entry.is_regular_file() || name.ends_with(".dat") || name.ends_with(".u8")) continue;
-    files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
   std::vector<std::string> texts;
   bytes = 0;
-  for (const fs::path& file : files) {
+  for (const fs::path& file : bench::corpus_text_files(folder)) {
     texts.push_back(read_file(file));
     bytes += texts.back().size();
   }

@@ -41,7 +41,7 @@ def fortune_entries(text):
             current = []
         else:
             current.append(line)
-    if current:
+    if "".join(current):  # the "" after a file's last newline is no entry
         entries.append("".join(current))
     return entries
 

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "core/util/error.h"
@@ -154,6 +155,15 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
   int running = options.nproc;
   std::chrono::steady_clock::time_point kill_deadline{};
   bool terminating = false;
+  // Set when the first failure only lost a peer: the others are stopped at this time unless they exit before.
+  std::optional<std::chrono::steady_clock::time_point> stop_at;
+  const auto stop_the_others = [&] {
+    for (pid_t other : pids)
+      if (other > 0) ::kill(other, SIGTERM);
+    terminating = true;
+    stop_at.reset();
+    kill_deadline = std::chrono::steady_clock::now() + options.grace;
+  };
   while (running > 0) {
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -168,21 +178,28 @@ LaunchResult launch_local(const std::vector<std::string>& argv, const LaunchOpti
       if (code != 0 && result.failed_rank < 0 && !terminating) {
         result.exit_code = code;
         result.failed_rank = rank;
-        spdlog::error("retort launch: rank {} exited with status {}; stopping the other ranks", rank, code);
-        for (pid_t other : pids)
-          if (other > 0) ::kill(other, SIGTERM);
-        terminating = true;
-        kill_deadline = std::chrono::steady_clock::now() + options.grace;
+        if (rank_lost_a_peer(errors, rank) && running > 0) {
+          spdlog::error(
+              "retort launch: rank {} exited with status {} after losing a peer; the other ranks get {} ms "
+              "to exit before they are stopped",
+              rank, code, options.lost_peer_wait.count());
+          stop_at = std::chrono::steady_clock::now() + options.lost_peer_wait;
+        } else {
+          spdlog::error("retort launch: rank {} exited with status {}; stopping the other ranks", rank, code);
+          stop_the_others();
+        }
       }
       continue;
+    }
+    if (stop_at && std::chrono::steady_clock::now() > *stop_at) {
+      spdlog::error("retort launch: stopping the other ranks");
+      stop_the_others();
     }
     if (stop_signal != 0 && !terminating) {
       spdlog::error("retort launch: stopped by signal {}; stopping the ranks", static_cast<int>(stop_signal));
       result.exit_code = 128 + static_cast<int>(stop_signal);
-      for (pid_t other : pids)
-        if (other > 0) ::kill(other, SIGTERM);
-      terminating = true;
-      kill_deadline = std::chrono::steady_clock::now() + options.grace;
+      result.failed_rank = -1;
+      stop_the_others();
     }
     if (terminating && std::chrono::steady_clock::now() > kill_deadline) {
       for (pid_t other : pids)

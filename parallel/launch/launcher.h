@@ -20,6 +20,10 @@ struct LaunchOptions {
   // system temp directory, removed afterwards.
   std::string rendezvous;
   std::chrono::seconds grace{10};
+  // A first failure that only lost a peer (RankErrorKind::kLostPeer) is a symptom: the rank that caused it is usually
+  // still unwinding (its sockets close before its error is reported and it exits). The others get this long to exit
+  // by themselves before they are stopped, so the cause's own status and message are the ones reported.
+  std::chrono::milliseconds lost_peer_wait{5000};
 };
 
 struct LaunchResult {

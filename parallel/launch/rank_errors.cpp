@@ -44,6 +44,11 @@ bool hand_error_to_launcher(const std::string& message, RankErrorKind kind) {
   }
 }
 
+bool rank_lost_a_peer(const fs::path& folder, int rank) {
+  std::error_code ignored;
+  return fs::exists(folder / fmt::format("{}{}{}.txt", kFilePrefix, rank, kLostPeerSuffix), ignored);
+}
+
 std::string rank_error_line(const std::string& message) {
   const LaunchEnv env = launch_env_or_single();
   return env.world_size > 1 ? fmt::format("rank {}: {}", env.rank, message) : message;

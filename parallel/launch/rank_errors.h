@@ -22,6 +22,9 @@ enum class RankErrorKind { kCause, kLostPeer };
 // else returns false and leaves the printing to the caller.
 bool hand_error_to_launcher(const std::string& message, RankErrorKind kind = RankErrorKind::kCause);
 
+// Whether `rank` (global) handed the launcher in `folder` an error of kind kLostPeer.
+bool rank_lost_a_peer(const std::filesystem::path& folder, int rank);
+
 // How the caller prints its own error: "rank R: message" in a multi-rank run without a launcher folder, the
 // message alone in a single process.
 std::string rank_error_line(const std::string& message);

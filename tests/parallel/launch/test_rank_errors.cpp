@@ -135,5 +135,41 @@ TEST(RankErrors, TheLauncherReportsTheCauseNotTheFirstRankToNoticeIt) {
   EXPECT_EQ(r.rank_errors[1], "rank 1: connection reset");
 }
 
+// As a real run fails: the cause rank's sockets close while it unwinds, before it has reported its error or exited, so
+// its peer notices first and exits; the cause rank reports a moment later and exits with its own status. It does not
+// trap SIGTERM (a retort process killed by it exits 143): the launcher must let it finish, not stop it.
+TEST(RankErrors, TheCauseRankStillUnwindingIsNotStoppedByItsPeersLostPeerExit) {
+  LaunchOptions options;
+  options.nproc = 2;
+  options.grace = std::chrono::seconds(5);
+  const std::string script =
+      "if [ \"$RANK\" = 0 ]; then "
+      "  while [ ! -e \"$RETORT_RANK_ERRORS/rank-1.lost-peer.txt\" ]; do sleep 0.02; done; sleep 0.5; "
+      "  printf 'corpus missing' > \"$RETORT_RANK_ERRORS/rank-0.txt\"; exit 2; fi; "
+      "printf 'connection reset' > \"$RETORT_RANK_ERRORS/rank-1.lost-peer.txt\"; exit 1";
+  const LaunchResult r = launch_local({"/bin/sh", "-c", script}, options);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.failed_rank, 0);
+  ASSERT_EQ(r.rank_errors.size(), 2U);
+  EXPECT_EQ(r.rank_errors[0], "rank 0: corpus missing");
+  EXPECT_EQ(r.rank_errors[1], "rank 1: connection reset");
+}
+
+// A rank that lost its peer while that peer hangs: the wait is bounded, then the hung rank is stopped.
+TEST(RankErrors, APeerThatNeverExitsIsStoppedAfterTheLostPeerWait) {
+  LaunchOptions options;
+  options.nproc = 2;
+  options.grace = std::chrono::seconds(5);
+  options.lost_peer_wait = std::chrono::milliseconds(300);
+  const std::string script =
+      "if [ \"$RANK\" = 0 ]; then sleep 30; exit 0; fi; "
+      "printf 'connection reset' > \"$RETORT_RANK_ERRORS/rank-1.lost-peer.txt\"; exit 1";
+  const auto start = std::chrono::steady_clock::now();
+  const LaunchResult r = launch_local({"/bin/sh", "-c", script}, options);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(r.exit_code, 1);  // no rank's error is a cause: the first failure's status stands
+  EXPECT_EQ(r.failed_rank, 1);
+}
+
 }  // namespace
 }  // namespace retort

@@ -262,15 +262,21 @@ TEST(SentencePieceProjection, ByteAndTextPiecesMapToTheCanonicalTeacherTokenAndP
   EXPECT_EQ(student_of_teacher.at(teacher.eos_id()), student.eos_id());
 }
 
+// The Llama-3 and Qwen3 tokenizer.json that scripts/fetch-hf-tokenizers.sh fetches.
+bool real_tokenizers_present() {
+  const fs::path dir = RETORT_HF_TOKENIZERS_DIR;
+  return fs::is_regular_file(dir / "llama3/tokenizer.json") && fs::is_regular_file(dir / "qwen3/tokenizer.json");
+}
+data::Tokenizer real_tokenizer(const std::string& name) {
+  return data::Tokenizer::load(fs::path(RETORT_HF_TOKENIZERS_DIR) / name / "tokenizer.json");
+}
+
 // The real pair: Llama-3's tokenizer (student, 128,256 ids) into Qwen3's (teacher, 151,669 ids; its model has
 // 151,936 rows).
 TEST(RealTokenizerProjection, Llama3IntoQwen3) {
-  const fs::path dir = RETORT_HF_TOKENIZERS_DIR;
-  RETORT_REQUIRE_ORACLE(
-      fs::is_regular_file(dir / "llama3/tokenizer.json") && fs::is_regular_file(dir / "qwen3/tokenizer.json"),
-      "the Llama-3 and Qwen3 tokenizers are missing: fetch them with scripts/fetch-hf-tokenizers.sh");
-  const data::Tokenizer llama = data::Tokenizer::load(dir / "llama3/tokenizer.json");
-  const data::Tokenizer qwen = data::Tokenizer::load(dir / "qwen3/tokenizer.json");
+  RETORT_REQUIRE_ORACLE(real_tokenizers_present(),
+                        "the Llama-3 and Qwen3 tokenizers are missing: fetch them with scripts/fetch-hf-tokenizers.sh");
+  const data::Tokenizer llama = real_tokenizer("llama3"), qwen = real_tokenizer("qwen3");
   ASSERT_EQ(llama.vocab_size(), 128256);
   ASSERT_EQ(qwen.vocab_size(), 151669);
   const StudentTeacherProjection p = build_vocab_projection(llama, qwen, 128256, 151936);
@@ -362,12 +368,9 @@ TEST(RealTokenizerProjection, Llama3IntoQwen3) {
 // The other way round: Qwen3's model has 151,936 rows over its tokenizer's 151,669 ids; the rows past the tokenizer
 // map to nothing.
 TEST(RealTokenizerProjection, Qwen3IntoLlama3LeavesThePaddingRowsEmpty) {
-  const fs::path dir = RETORT_HF_TOKENIZERS_DIR;
-  RETORT_REQUIRE_ORACLE(
-      fs::is_regular_file(dir / "llama3/tokenizer.json") && fs::is_regular_file(dir / "qwen3/tokenizer.json"),
-      "the Llama-3 and Qwen3 tokenizers are missing: fetch them with scripts/fetch-hf-tokenizers.sh");
-  const data::Tokenizer llama = data::Tokenizer::load(dir / "llama3/tokenizer.json");
-  const data::Tokenizer qwen = data::Tokenizer::load(dir / "qwen3/tokenizer.json");
+  RETORT_REQUIRE_ORACLE(real_tokenizers_present(),
+                        "the Llama-3 and Qwen3 tokenizers are missing: fetch them with scripts/fetch-hf-tokenizers.sh");
+  const data::Tokenizer llama = real_tokenizer("llama3"), qwen = real_tokenizer("qwen3");
   const StudentTeacherProjection p = build_vocab_projection(qwen, llama, 151936, 128256);
   std::printf("Qwen3 -> Llama-3: %s\n", describe(p.report).c_str());
   EXPECT_GT(p.report.exact_share, 0.6);

@@ -207,7 +207,7 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
     spdlog::info("distill run: using the teacher in {}", report.teacher_dir.string());
   } else {
     const ResolvedConfig teacher_config = teacher_config_of(config, report.teacher_dir, teacher_data);
-    if (xtoken && start == RunStart::kResume) check_teacher_matches(report.teacher_dir, teacher_config);
+    if (xtoken && start == RunStart::kResume) check_teacher_matches(report.teacher_dir, teacher_config, true);
     const int64_t teacher_steps = config.get_int("teacher.steps");
     const int64_t done = finished_steps(report.teacher_dir);
     if (done < teacher_steps) {

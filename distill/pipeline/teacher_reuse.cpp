@@ -14,10 +14,12 @@ namespace retort::distill {
 
 namespace fs = std::filesystem;
 
-void check_teacher_matches(const fs::path& teacher_dir, const ResolvedConfig& teacher_config) {
+void check_teacher_matches(const fs::path& teacher_dir, const ResolvedConfig& teacher_config, bool own_tokenizer) {
   if (!fs::exists(teacher_dir / "config.yaml")) return;
   const ResolvedConfig saved = load_run_config(teacher_dir);
-  // (key in the teacher's run, the key of the pipeline's config that sets it)
+  // (key in the teacher's run, the key of the pipeline's config that sets it). A cross-tokenizer teacher's
+  // tokenizer and token folder come from teacher.data.*, so that is the key a user changes to match.
+  const std::string data_key = own_tokenizer ? "teacher.data." : "data.";
   const std::vector<std::pair<std::string, std::string>> keys{
       {"model.n_layer", "teacher.n_layer"},
       {"model.n_head", "teacher.n_head"},
@@ -29,9 +31,9 @@ void check_teacher_matches(const fs::path& teacher_dir, const ResolvedConfig& te
       {"model.norm", "model.norm"},
       // The tokenizer and the documents it was trained on follow from these; run.seed draws the validation split.
       {"data.corpus", "data.corpus"},
-      {"data.dir", "data.dir"},
-      {"data.vocab_size", "data.vocab_size"},
-      {"data.tokenizer_type", "data.tokenizer_type"},
+      {"data.dir", data_key + "dir"},
+      {"data.vocab_size", data_key + "vocab_size"},
+      {"data.tokenizer_type", data_key + "tokenizer_type"},
       {"data.val_fraction", "data.val_fraction"},
       {"run.seed", "run.seed"},
   };

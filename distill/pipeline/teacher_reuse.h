@@ -10,7 +10,9 @@
 namespace retort::distill {
 
 // `teacher_config`: the run config the pipeline derives for its teacher (model.* from teacher.*). Does nothing when
-// `teacher_dir` holds no run yet.
-void check_teacher_matches(const std::filesystem::path& teacher_dir, const ResolvedConfig& teacher_config);
+// `teacher_dir` holds no run yet. `own_tokenizer`: a cross-tokenizer teacher, whose data.* keys the pipeline's
+// teacher.data.* set (the error names those).
+void check_teacher_matches(const std::filesystem::path& teacher_dir, const ResolvedConfig& teacher_config,
+                           bool own_tokenizer = false);
 
 }  // namespace retort::distill

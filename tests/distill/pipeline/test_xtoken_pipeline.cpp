@@ -18,6 +18,7 @@
 #include "distill/distill_training.h"
 #include "distill/objectives/xtoken_objective.h"
 #include "distill/pipeline/distill_pipeline.h"
+#include "distill/pipeline/teacher_reuse.h"
 #include "distill/train/config_builders.h"
 #include "distill/train/trained_model.h"
 #include "distill/xtoken/vocab_projection_file.h"
@@ -172,6 +173,24 @@ TEST(XtokenPipeline, ATeacherOfAnotherTokenizerWithoutTheKeyIsAnErrorNamingIt) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("distill.xtoken.enabled=true"), std::string::npos) << e.what();
   }
+}
+
+// A cross-tokenizer teacher's tokenizer comes from teacher.data.*: when a resumed run's teacher was trained with
+// another vocabulary, the error names the key the user sets (teacher.data.vocab_size), not the students' data.*.
+TEST(XtokenPipeline, AResumedTeacherOfAnotherVocabularyNamesTheTeacherDataKey) {
+  const fs::path teacher = straight_xtoken_pipeline() / "teacher";
+  Config changed = Config::load(teacher / "config.yaml");
+  changed.apply_override("data.vocab_size=600");
+  const ResolvedConfig teacher_config = changed.resolve(distill_schema());
+  try {
+    check_teacher_matches(teacher, teacher_config, /*own_tokenizer=*/true);
+    FAIL() << "a teacher of another vocabulary was accepted";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("set teacher.data.vocab_size=512"), std::string::npos) << what;
+    EXPECT_NE(what.find("data.vocab_size = 512"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(check_teacher_matches(teacher, load_run_config(teacher), true));
 }
 
 // The objective's loss on one micro-batch (online teacher) against the chunk KL computed in float64 from the

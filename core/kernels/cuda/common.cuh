@@ -115,6 +115,21 @@ __device__ __forceinline__ void visit_row(const T* row, int64_t n, F&& f) {
   for (int64_t j = head + 8 * packs + threadIdx.x; j < n; j += blockDim.x) f(j, to_f32(row[j]));
 }
 
+// As visit_row, but the aligned middle goes to f8(j0, v) eight values at a time (values j0 .. j0 + 7), so a
+// reduction can treat a pack as one step; head and tail go to f1(j, value).
+template <typename T, typename F1, typename F8>
+__device__ __forceinline__ void visit_row_packs(const T* row, int64_t n, F1&& f1, F8&& f8) {
+  const int64_t head = head_elems(row, n);
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) f1(j, to_f32(row[j]));
+  const int64_t packs = (n - head) / 8;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    float v[8];
+    load8(row + head + 8 * p, v);
+    f8(head + 8 * p, v);
+  }
+  for (int64_t j = head + 8 * packs + threadIdx.x; j < n; j += blockDim.x) f1(j, to_f32(row[j]));
+}
+
 // out[j] = f(j, in[j]) over one row. `vec` only when in and out share their misalignment (same element size
 // and the same base address modulo 16, which then holds for every row): the host decides with
 // same_misalignment().
@@ -152,6 +167,23 @@ __device__ __forceinline__ void visit_row2(const TA* a, const TB* b, int64_t n, 
     for (int i = 0; i < 8; ++i) f(head + 8 * p + i, va[i], vb[i]);
   }
   for (int64_t j = head + 8 * packs + threadIdx.x; j < n; j += blockDim.x) f(j, to_f32(a[j]), to_f32(b[j]));
+}
+
+// As visit_row2, but the aligned middle goes to f8(j0, a, b) eight pairs at a time; head and tail (and every
+// element when !vec) go to f1(j, a, b).
+template <typename TA, typename TB, typename F1, typename F8>
+__device__ __forceinline__ void visit_row2_packs(const TA* a, const TB* b, int64_t n, bool vec, F1&& f1, F8&& f8) {
+  const int64_t head = vec ? head_elems(a, n) : n;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) f1(j, to_f32(a[j]), to_f32(b[j]));
+  if (!vec) return;
+  const int64_t packs = (n - head) / 8;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    float va[8], vb[8];
+    load8(a + head + 8 * p, va);
+    load8(b + head + 8 * p, vb);
+    f8(head + 8 * p, va, vb);
+  }
+  for (int64_t j = head + 8 * packs + threadIdx.x; j < n; j += blockDim.x) f1(j, to_f32(a[j]), to_f32(b[j]));
 }
 
 template <typename TA, typename TB, typename TO, typename F>

@@ -33,7 +33,8 @@ __global__ void local_stats_kernel(const T* logits, const int32_t* targets, Cros
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = logits + r * vocab;
     auto acc = RowStats<kShifted>::empty();
-    visit_row(xr, vocab, [&](int64_t, float v) { acc.add(v); });
+    visit_row_packs(
+        xr, vocab, [&](int64_t, float v) { acc.add(v); }, [&](int64_t, const float(&v)[8]) { acc.add8(v); });
     acc = block_row_stats(acc, scratch);
     if (threadIdx.x != 0) continue;
     const int t = targets[r];
@@ -104,7 +105,7 @@ __global__ void backward_kernel(const T* logits, const int32_t* targets, const f
     const int64_t own = owned(t, p, vocab) ? t - p.vocab_start : -1;
     const float l = lse[r], q_scale = 1.f + z2 * l;  // z-loss adds 2 w lse q_j
     auto grad = [&](int64_t j, float v) {
-      const float q = expf(v - l);  // exp(-inf) = 0
+      const float q = cuda_rows::exp_shifted(v - l);  // 0 for -inf; v - l first: exact near the top
       return coef * (q * q_scale - uniform - (j == own ? label : 0.f));
     };
     if (accumulate) {

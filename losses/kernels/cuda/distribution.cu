@@ -26,8 +26,14 @@ __global__ void local_stats_kernel(const TS* student, const TT* teacher, float i
   __shared__ RowPartials<K> scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     auto acc = RowPartials<K>::empty();
-    visit_row2(student + r * vocab, teacher + r * vocab, vocab, vec,
-               [&](int64_t, float x, float t) { acc.add(x * inv_t, t * inv_t); });
+    visit_row2_packs(
+        student + r * vocab, teacher + r * vocab, vocab, vec,
+        [&](int64_t, float x, float t) { acc.add(x * inv_t, t * inv_t); },
+        [&](int64_t, float(&x)[8], float(&t)[8]) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) x[i] *= inv_t, t[i] *= inv_t;
+          acc.add8(x, t);
+        });
     acc = block_partials(acc, scratch);
     if (threadIdx.x != 0) continue;
     local_max[r * kMaxColumns + kStudentMax] = acc.mx;
@@ -137,7 +143,7 @@ __global__ void backward_kernel(const TS* student, const TT* teacher, const int3
     const float mt = st[kRowTeacherMax], log_z = st[kRowTeacherLogSum], centre = st[kRowCentre];
     constexpr Kind kind = kReverse ? Kind::ReverseKL : Kind::ForwardKL;  // soft CE: forward KL's gradient
     map_pair_row(student + r * vocab, teacher + r * vocab, gr, vocab, vec, accumulate, [&](float xv, float tv) {
-      return cuda_rows::distribution_grad<kind>(xv * inv_t, tv * inv_t, mx, log_s, mt, log_z, centre, coef);
+      return cuda_rows::distribution_grad<kind, true>(xv * inv_t, tv * inv_t, mx, log_s, mt, log_z, centre, coef);
     });
   }
 }

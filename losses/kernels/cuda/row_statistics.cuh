@@ -62,6 +62,39 @@ struct RowStats {
     ++count;
   }
 
+  // Eight values at once: the running max moves at most once per pack (one rescale instead of up to eight
+  // branches), then each value costs a subtraction, a multiply and an exponential on the special-function unit.
+  // Same numbers as eight add() calls up to the order of the float sums.
+  __device__ __forceinline__ void add8(const float (&v)[8]) {
+    float m8 = v[0];
+#pragma unroll
+    for (int i = 1; i < 8; ++i) m8 = fmaxf(m8, v[i]);
+    if (m8 == -INFINITY) {  // all eight are -inf (fmaxf skips a NaN; a NaN still reaches the sum below)
+      neg_inf = 1;
+      if (!(v[0] == -INFINITY && v[1] == -INFINITY && v[2] == -INFINITY && v[3] == -INFINITY &&
+            v[4] == -INFINITY && v[5] == -INFINITY && v[6] == -INFINITY && v[7] == -INFINITY))
+        sum = NAN;
+      return;
+    }
+    if (m8 > max) {
+      if (count > 0) {
+        const float d = max - m8;
+        sum *= exp_shifted(d);
+        if constexpr (kShifted) shifted += static_cast<float>(count) * d;
+      }
+      max = m8;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float d = v[i] - max;
+      sum += exp_shifted(d);  // 0 for -inf
+      const bool finite = v[i] != -INFINITY;
+      if constexpr (kShifted) shifted += finite ? d : 0.f;
+      count += finite ? 1 : 0;
+      neg_inf |= finite ? 0 : 1;
+    }
+  }
+
   __device__ __forceinline__ void merge(const RowStats& o) {
     neg_inf |= o.neg_inf;
     if (o.count == 0) return;
@@ -152,6 +185,34 @@ struct RowPartials {
     } else {
       if (x_in && t_in) cross += ex * (x - t);
       infinite |= x_in && !t_in;
+    }
+  }
+
+  // Eight pairs at once: the maxima move at most once per pack, then each pair costs two exponentials on the
+  // special-function unit and the partial's term. Same numbers as eight add() calls up to the order of the sums.
+  __device__ __forceinline__ void add8(const float (&x)[8], const float (&t)[8]) {
+    float m8x = x[0], m8t = t[0];
+#pragma unroll
+    for (int i = 1; i < 8; ++i) m8x = fmaxf(m8x, x[i]), m8t = fmaxf(m8t, t[i]);
+    if (m8x > mx || m8t > mt) rebase(fmaxf(mx, m8x), fmaxf(mt, m8t));
+    // A side whose maximum is still -inf has only -inf values so far: measured from 0, each gives e^-inf = 0.
+    const float from_x = mx == -INFINITY ? 0.f : mx, from_t = mt == -INFINITY ? 0.f : mt;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const bool x_in = x[i] != -INFINITY, t_in = t[i] != -INFINITY;
+      const float ex = exp_shifted(x[i] - from_x), et = exp_shifted(t[i] - from_t);
+      s += ex;
+      z += et;
+      if constexpr (K == Kind::ForwardKL) {
+        cross += t_in && x_in ? et * (t[i] - x[i]) : 0.f;
+        infinite |= t_in && !x_in;
+      } else if constexpr (K == Kind::SoftCrossEntropy) {
+        cross += t_in && x_in ? et * (mx - x[i]) : 0.f;
+        infinite |= t_in && !x_in;
+      } else {
+        cross += x_in && t_in ? ex * (x[i] - t[i]) : 0.f;
+        infinite |= x_in && !t_in;
+      }
     }
   }
 

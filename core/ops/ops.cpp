@@ -346,13 +346,12 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int n
     Tensor lse = Tensor::empty({B, n_head, T}, DType::F32, q.device());
     kernels::flash_attention_forward(q, k, v, n_head, n_kv_head, out, lse);
     Tensor saved_out = out.detach();  // not out itself: a cycle through its own grad node
-    return autograd::record(out, "causal_attention", {q, k, v},
-                            [q, k, v, saved_out, lse, n_head, n_kv_head](const Tensor& g) {
-                              Tensor dq = empty_like(q), dk = empty_like(k), dv = empty_like(v);
-                              kernels::flash_attention_backward(g, q, k, v, saved_out, lse, n_head, n_kv_head, dq, dk,
-                                                                dv);
-                              return std::vector<Tensor>{dq, dk, dv};
-                            });
+    return autograd::record(
+        out, "causal_attention", {q, k, v}, [q, k, v, saved_out, lse, n_head, n_kv_head](const Tensor& g) {
+          Tensor dq = empty_like(q), dk = empty_like(k), dv = empty_like(v);
+          kernels::flash_attention_backward(g, q, k, v, saved_out, lse, n_head, n_kv_head, dq, dk, dv);
+          return std::vector<Tensor>{dq, dk, dv};
+        });
   }
   Tensor probs = Tensor::empty({B, n_head, T, T}, q.dtype(), q.device());
   kernels::attention_forward(q, k, v, n_head, n_kv_head, out, probs);

@@ -24,6 +24,8 @@
 // as zeros (cp.async zero-fill) and are never stored: a padded query's zero q and dO give it dS = 0, a padded key
 // is masked for every real query.
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/kernels/backends.h"
 #include "core/kernels/cuda/flash_attention.h"
@@ -104,12 +106,12 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * kCols + ((chunk ^ (row & 7)) << 3);
 }
 
-// Rows [0, kTile) of a [.., stride] bf16 matrix starting at src into a swizzled tile; rows >= valid are zeros.
-template <int kCols>
+// Rows [0, kRows) of a [.., stride] bf16 matrix starting at src into a swizzled tile; rows >= valid are zeros.
+template <int kCols, int kRows = kTile, int kThreadsT = kThreads>
 __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, int64_t stride, int valid) {
   constexpr int kChunks = kCols / 8;
 #pragma unroll
-  for (int i = threadIdx.x; i < kTile * kChunks; i += kThreads) {
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreadsT) {
     const int r = i / kChunks, c = i % kChunks;
     const bool ok = r < valid;
     cp_async16(smem_addr(tile + swizzle<kCols>(r, c)), src + (ok ? r : 0) * stride + c * 8, ok);
@@ -118,7 +120,8 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, int64_t s
 
 // kTile floats of a row vector (lse or Dvec) from src; entries >= valid are zeros.
 __device__ __forceinline__ void load_vector(float* dst, const float* src, int valid) {
-  for (int i = threadIdx.x; i < kTile; i += kThreads) cp_async4(smem_addr(dst + i), src + (i < valid ? i : 0), i < valid);
+  for (int i = threadIdx.x; i < kTile; i += blockDim.x)
+    cp_async4(smem_addr(dst + i), src + (i < valid ? i : 0), i < valid);
 }
 
 // ldmatrix addresses. Lane l feeds row l % 8 of matrix l / 8.
@@ -169,128 +172,170 @@ struct ForwardArgs {
   float scale_log2;  // log2(e) / sqrt(D): scores in base 2
 };
 
-template <int D>
+// Forward, M 16-row blocks a warp (a query tile of 64 M rows): with M = 2 every K and V fragment read from shared
+// memory feeds two products, which halves the shared-memory traffic per product. Q's fragments stay in registers
+// when they fit beside the accumulators (M D <= 128), else they are read again for each key tile. N keys a tile
+// (64, or 32 where 64 would not leave the registers the accumulators need).
+template <int D, int M, int N>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const ForwardArgs a) {
+  constexpr int kRows = kWarps * 16 * M;  // query rows of the CTA
+  constexpr bool kQInRegisters = M * D <= 128;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sq = reinterpret_cast<bf16*>(smem);
-  bf16* sk = sq + kTile * D;      // 2 stages
-  bf16* sv = sk + 2 * kTile * D;  // 2 stages
+  bf16* sk = sq + kRows * D;  // 2 stages
+  bf16* sv = sk + 2 * N * D;  // 2 stages
   // The longest rows (the last query tiles) start first, so the short ones fill the tail of the grid.
   const int q_tile = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / a.group;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, tig = lane & 3;
-  const int q0 = q_tile * kTile;
+  const int q0 = q_tile * kRows;
+  const int wr = warp * 16 * M;  // this warp's first row in the tile
   const int64_t row0 = static_cast<int64_t>(b) * a.T;
   const bf16* kbase = a.k + row0 * a.k_stride + kvh * D;
   const bf16* vbase = a.v + row0 * a.v_stride + kvh * D;
 
-  load_tile<D>(sq, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride, a.T - q0);
-  load_tile<D>(sk, kbase, a.k_stride, a.T);
-  load_tile<D>(sv, vbase, a.v_stride, a.T);
+  load_tile<D, kRows>(sq, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride, a.T - q0);
+  load_tile<D, N>(sk, kbase, a.k_stride, a.T);
+  load_tile<D, N>(sv, vbase, a.v_stride, a.T);
   cp_async_commit();
 
-  float o[D / 8][4];
+  float o[M][D / 8][4];
 #pragma unroll
-  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // per row g and g + 8; l is this thread's part
-  uint32_t qf[D / 16][4];
+  for (int mi = 0; mi < M; ++mi)
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[mi][n][0] = o[mi][n][1] = o[mi][n][2] = o[mi][n][3] = 0.f;
+  // Per row g and g + 8 of each block; l is this thread's part of the row sum (its quad's parts add up at the end).
+  float m[M][2], l[M][2];
+#pragma unroll
+  for (int mi = 0; mi < M; ++mi) m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = 0.f;
+  uint32_t qf[kQInRegisters ? M : 1][D / 16][4];
 
-  const int tiles = q_tile + 1;
+  // Key tiles up to the last row's diagonal, none wholly past T.
+  const int tiles = min((q0 + kRows - 1) / N + 1, (a.T + N - 1) / N);
   for (int j = 0; j < tiles; ++j) {
-    const bf16* sk_j = sk + (j & 1) * kTile * D;
-    const bf16* sv_j = sv + (j & 1) * kTile * D;
+    const bf16* sk_j = sk + (j & 1) * N * D;
+    const bf16* sv_j = sv + (j & 1) * N * D;
     if (j + 1 < tiles) {
-      const int k1 = (j + 1) * kTile;
-      load_tile<D>(sk + ((j + 1) & 1) * kTile * D, kbase + k1 * a.k_stride, a.k_stride, a.T - k1);
-      load_tile<D>(sv + ((j + 1) & 1) * kTile * D, vbase + k1 * a.v_stride, a.v_stride, a.T - k1);
+      const int k1 = (j + 1) * N;
+      load_tile<D, N>(sk + ((j + 1) & 1) * N * D, kbase + k1 * a.k_stride, a.k_stride, a.T - k1);
+      load_tile<D, N>(sv + ((j + 1) & 1) * N * D, vbase + k1 * a.v_stride, a.v_stride, a.T - k1);
     }
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    if (j == 0) {
+    if (kQInRegisters && j == 0) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], a_addr<D>(sq, warp * 16, kk * 16, lane));
+      for (int mi = 0; mi < M; ++mi)
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          ldmatrix_x4(qf[kQInRegisters ? mi : 0][kk], a_addr<D>(sq, wr + mi * 16, kk * 16, lane));
     }
 
-    // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
-    float s[8][4];
+    // A warp whose rows all precede the tile's first key has nothing to add (every score masked).
+    const int k0 = j * N;
+    if (k0 <= q0 + wr + 16 * M - 1) {
+      // S = Q K^T for this warp's 16 M rows and the tile's N keys.
+      float s[M][N / 8][4];
 #pragma unroll
-    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      for (int mi = 0; mi < M; ++mi)
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+        for (int n = 0; n < N / 8; ++n) s[mi][n][0] = s[mi][n][1] = s[mi][n][2] = s[mi][n][3] = 0.f;
 #pragma unroll
-      for (int nn = 0; nn < 4; ++nn) {
-        uint32_t r[4];
-        ldmatrix_x4(r, bt_addr<D>(sk_j, nn * 16, kk * 16, lane));
-        mma(s[2 * nn], qf[kk], r[0], r[1]);
-        mma(s[2 * nn + 1], qf[kk], r[2], r[3]);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qr[kQInRegisters ? 1 : M][4];
+        if constexpr (!kQInRegisters) {
+#pragma unroll
+          for (int mi = 0; mi < M; ++mi) ldmatrix_x4(qr[mi], a_addr<D>(sq, wr + mi * 16, kk * 16, lane));
+        }
+#pragma unroll
+        for (int nn = 0; nn < N / 16; ++nn) {
+          uint32_t r[4];
+          ldmatrix_x4(r, bt_addr<D>(sk_j, nn * 16, kk * 16, lane));
+#pragma unroll
+          for (int mi = 0; mi < M; ++mi) {
+            const uint32_t(&qa)[4] = kQInRegisters ? qf[kQInRegisters ? mi : 0][kk] : qr[kQInRegisters ? 0 : mi];
+            mma(s[mi][2 * nn], qa, r[0], r[1]);
+            mma(s[mi][2 * nn + 1], qa, r[2], r[3]);
+          }
+        }
       }
-    }
 
-    // Base-2 scaled scores; the diagonal tile masks key > query (tile-local, q0 == j * kTile there).
-    const bool diagonal = j == q_tile;
+      // Base-2 scaled scores; key > query is masked where the tile reaches past the warp's first row.
+      const bool masking = k0 + N - 1 > q0 + wr;
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+      for (int mi = 0; mi < M; ++mi)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] *= a.scale_log2;
-        if (diagonal && n * 8 + 2 * tig + (e & 1) > warp * 16 + g + (e >> 1) * 8) s[n][e] = -INFINITY;
-      }
+        for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[mi][n][e] *= a.scale_log2;
+            if (masking && k0 + n * 8 + 2 * tig + (e & 1) > q0 + wr + mi * 16 + g + (e >> 1) * 8)
+              s[mi][n][e] = -INFINITY;
+          }
 
-    // Online softmax: each row has one unmasked key at least in every tile visited (key 0 of its own tile on the
-    // diagonal), so the new max is finite.
+          // Online softmax. Every row sees key 0 in the first tile, so its max is finite from then on; a row with all
+          // of a later tile masked keeps its max (correction 1) and adds zeros.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = m[r];
+      for (int mi = 0; mi < M; ++mi)
 #pragma unroll
-      for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-      mx = quad_max(mx);
-      const float correction = exp2f(m[r] - mx);  // 0 on the first tile (m = -inf)
-      m[r] = mx;
-      float sum = 0.f;
+        for (int r = 0; r < 2; ++r) {
+          float mx = m[mi][r];
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        s[n][2 * r] = exp2f(s[n][2 * r] - mx);
-        s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - mx);
-        sum += s[n][2 * r] + s[n][2 * r + 1];
-      }
-      l[r] = l[r] * correction + sum;
+          for (int n = 0; n < N / 8; ++n) mx = fmaxf(mx, fmaxf(s[mi][n][2 * r], s[mi][n][2 * r + 1]));
+          mx = quad_max(mx);
+          const float correction = exp2f(m[mi][r] - mx);  // 0 on the first tile (m = -inf)
+          m[mi][r] = mx;
+          float sum = 0.f;
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][2 * r] *= correction;
-        o[n][2 * r + 1] *= correction;
-      }
-    }
+          for (int n = 0; n < N / 8; ++n) {
+            s[mi][n][2 * r] = exp2f(s[mi][n][2 * r] - mx);
+            s[mi][n][2 * r + 1] = exp2f(s[mi][n][2 * r + 1] - mx);
+            sum += s[mi][n][2 * r] + s[mi][n][2 * r + 1];
+          }
+          l[mi][r] = l[mi][r] * correction + sum;
+#pragma unroll
+          for (int n = 0; n < D / 8; ++n) {
+            o[mi][n][2 * r] *= correction;
+            o[mi][n][2 * r + 1] *= correction;
+          }
+        }
 
-    // O += P V, P straight from the score registers.
+        // O += P V, P straight from the score registers.
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t pa[4];
-      c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+      for (int kk = 0; kk < N / 16; ++kk) {
+        uint32_t pa[M][4];
 #pragma unroll
-      for (int nd = 0; nd < D / 16; ++nd) {
-        uint32_t r[4];
-        ldmatrix_x4_trans(r, b_addr<D>(sv_j, kk * 16, nd * 16, lane));
-        mma(o[2 * nd], pa, r[0], r[1]);
-        mma(o[2 * nd + 1], pa, r[2], r[3]);
+        for (int mi = 0; mi < M; ++mi) c_to_a(pa[mi], s[mi][2 * kk], s[mi][2 * kk + 1]);
+#pragma unroll
+        for (int nd = 0; nd < D / 16; ++nd) {
+          uint32_t r[4];
+          ldmatrix_x4_trans(r, b_addr<D>(sv_j, kk * 16, nd * 16, lane));
+#pragma unroll
+          for (int mi = 0; mi < M; ++mi) {
+            mma(o[mi][2 * nd], pa[mi], r[0], r[1]);
+            mma(o[mi][2 * nd + 1], pa[mi], r[2], r[3]);
+          }
+        }
       }
     }
     __syncthreads();  // the next iteration's prefetch overwrites the stage read here
   }
 
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float sum = quad_sum(l[r]);
-    const float inv = 1.f / sum;
-    const int t = q0 + warp * 16 + g + r * 8;
-    if (t >= a.T) continue;
-    bf16* dst = a.out + (row0 + t) * a.out_stride + h * D + 2 * tig;
+  for (int mi = 0; mi < M; ++mi)
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<uint32_t*>(dst + n * 8) = pack_bf16(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-    if (tig == 0) a.lse[(static_cast<int64_t>(b) * a.H + h) * a.T + t] = (m[r] + log2f(sum)) * kLn2;
-  }
+    for (int r = 0; r < 2; ++r) {
+      const float sum = quad_sum(l[mi][r]);
+      const float inv = 1.f / sum;
+      const int t = q0 + wr + mi * 16 + g + r * 8;
+      if (t >= a.T) continue;
+      bf16* dst = a.out + (row0 + t) * a.out_stride + h * D + 2 * tig;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<uint32_t*>(dst + n * 8) = pack_bf16(o[mi][n][2 * r] * inv, o[mi][n][2 * r + 1] * inv);
+      if (tig == 0) a.lse[(static_cast<int64_t>(b) * a.H + h) * a.T + t] = (m[mi][r] + log2f(sum)) * kLn2;
+    }
 }
 
 // Dvec[b, h, t] = sum_d dO[b, t, h, d] O[b, t, h, d] in float32: one warp a row.
@@ -329,41 +374,72 @@ struct BackwardArgs {
   float scale_log2, scale;
 };
 
-template <int D>
-__global__ void __launch_bounds__(kThreads) flash_backward_kernel(const BackwardArgs a) {
+// Adds a warp's 16 x D block of dQ (C fragments, rows g and g + 8) into the float32 accumulator with 16-byte
+// atomics: neighbouring lanes (tig, tig ^ 1) trade halves so that each holds 4 consecutive columns of one row.
+template <int kCols>
+__device__ __forceinline__ void add_dq(float (&dq)[kCols / 8][4], float* row_g, float* row_g8, int tig, bool ok_g,
+                                       bool ok_g8) {
+  const bool even = (tig & 1) == 0;
+  const int col = 4 * (tig >> 1);
+#pragma unroll
+  for (int n = 0; n < kCols / 8; ++n) {
+    // Even lanes keep row g and send row g + 8; odd lanes the other way round.
+    const float send0 = even ? dq[n][2] : dq[n][0], send1 = even ? dq[n][3] : dq[n][1];
+    const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+    if (even) {
+      if (ok_g) atomicAdd(reinterpret_cast<float4*>(row_g + n * 8 + col), make_float4(dq[n][0], dq[n][1], got0, got1));
+    } else {
+      if (ok_g8)
+        atomicAdd(reinterpret_cast<float4*>(row_g8 + n * 8 + col), make_float4(got0, got1, dq[n][2], dq[n][3]));
+    }
+  }
+}
+
+// Backward, one CTA per kKeyWarps * 16 keys of one key/value head (16 keys a warp), walking 64-row query tiles.
+// Wider key tiles (8 warps, 128 keys) halve the dQ atomics, which are summed over the tile's keys first.
+template <int D, int kKeyWarps>
+__global__ void __launch_bounds__(32 * kKeyWarps) flash_backward_kernel(const BackwardArgs a) {
+  constexpr int kKeys = 16 * kKeyWarps;
+  constexpr int kThreadsT = 32 * kKeyWarps;
+  constexpr int kQueryWarps = kKeyWarps >= 4 ? 4 : kKeyWarps;  // warps splitting dQ's 64 rows (16 each)
+  constexpr int kColumnSplit = kKeyWarps / kQueryWarps;        // and its D columns
+  constexpr int kDqCols = D / kColumnSplit;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sk = reinterpret_cast<bf16*>(smem);
-  bf16* sv = sk + kTile * D;
-  bf16* sq = sv + kTile * D;        // 2 stages
-  bf16* sdo = sq + 2 * kTile * D;   // 2 stages
-  bf16* sds = sdo + 2 * kTile * D;  // [key][query], kTile x kTile
-  float* slse = reinterpret_cast<float*>(sds + kTile * kTile);  // 2 stages
-  float* sdvec = slse + 2 * kTile;                               // 2 stages
+  bf16* sv = sk + kKeys * D;
+  bf16* sq = sv + kKeys * D;                                    // 2 stages
+  bf16* sdo = sq + 2 * kTile * D;                               // 2 stages
+  bf16* sds = sdo + 2 * kTile * D;                              // [key][query], kKeys x kTile
+  float* slse = reinterpret_cast<float*>(sds + kKeys * kTile);  // 2 stages
+  float* sdvec = slse + 2 * kTile;                              // 2 stages
 
   const int k_tile = blockIdx.x;  // the first key tiles see the most query tiles: they start first
   const int kvh = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, tig = lane & 3;
-  const int k0 = k_tile * kTile;
+  const int k0 = k_tile * kKeys;
   const int64_t row0 = static_cast<int64_t>(b) * a.T;
   const int q_tiles = (a.T + kTile - 1) / kTile;
-  const int per_head = q_tiles - k_tile;
+  const int first_q_tile = k0 / kTile;  // the query tile holding the first key's diagonal
+  const int per_head = q_tiles - first_q_tile;
   const int steps = a.group * per_head;
 
-  // Step i: query head kvh * group + i / per_head, query tile k_tile + i % per_head.
+  // Step i: query head kvh * group + i / per_head, query tile first_q_tile + i % per_head.
   auto load_step = [&](int i) {
     const int h = kvh * a.group + i / per_head;
-    const int q0 = (k_tile + i % per_head) * kTile;
+    const int q0 = (first_q_tile + i % per_head) * kTile;
     const int stage = i & 1;
-    load_tile<D>(sq + stage * kTile * D, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride, a.T - q0);
-    load_tile<D>(sdo + stage * kTile * D, a.dout + (row0 + q0) * a.dout_stride + h * D, a.dout_stride, a.T - q0);
+    load_tile<D, kTile, kThreadsT>(sq + stage * kTile * D, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride,
+                                   a.T - q0);
+    load_tile<D, kTile, kThreadsT>(sdo + stage * kTile * D, a.dout + (row0 + q0) * a.dout_stride + h * D, a.dout_stride,
+                                   a.T - q0);
     const int64_t vec0 = (static_cast<int64_t>(b) * a.H + h) * a.T + q0;
     load_vector(slse + stage * kTile, a.lse + vec0, a.T - q0);
     load_vector(sdvec + stage * kTile, a.dvec + vec0, a.T - q0);
   };
 
-  load_tile<D>(sk, a.k + (row0 + k0) * a.k_stride + kvh * D, a.k_stride, a.T - k0);
-  load_tile<D>(sv, a.v + (row0 + k0) * a.v_stride + kvh * D, a.v_stride, a.T - k0);
+  load_tile<D, kKeys, kThreadsT>(sk, a.k + (row0 + k0) * a.k_stride + kvh * D, a.k_stride, a.T - k0);
+  load_tile<D, kKeys, kThreadsT>(sv, a.v + (row0 + k0) * a.v_stride + kvh * D, a.v_stride, a.T - k0);
   load_step(0);
   cp_async_commit();
 
@@ -385,44 +461,48 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(const Backward
     const float* slse_i = slse + stage * kTile;
     const float* sdvec_i = sdvec + stage * kTile;
     const int h = kvh * a.group + i / per_head;
-    const int q0 = (k_tile + i % per_head) * kTile;
+    const int q0 = (first_q_tile + i % per_head) * kTile;
 
-    // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys and the tile's 64 queries.
+    // A warp whose keys all follow the tile's last query has P = 0: it only writes its zero dS block.
+    const bool live = k0 + kw <= q0 + kTile - 1;
     float s[8][4], dp[8][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
+    if (live) {
+      // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys and the tile's 64 queries.
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t kf[4], vf[4];
-      ldmatrix_x4(kf, a_addr<D>(sk, kw, kk * 16, lane));
-      ldmatrix_x4(vf, a_addr<D>(sv, kw, kk * 16, lane));
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t kf[4], vf[4];
+        ldmatrix_x4(kf, a_addr<D>(sk, kw, kk * 16, lane));
+        ldmatrix_x4(vf, a_addr<D>(sv, kw, kk * 16, lane));
 #pragma unroll
-      for (int nn = 0; nn < 4; ++nn) {
-        uint32_t r[4];
-        ldmatrix_x4(r, bt_addr<D>(sq_i, nn * 16, kk * 16, lane));
-        mma(s[2 * nn], kf, r[0], r[1]);
-        mma(s[2 * nn + 1], kf, r[2], r[3]);
-        ldmatrix_x4(r, bt_addr<D>(sdo_i, nn * 16, kk * 16, lane));
-        mma(dp[2 * nn], vf, r[0], r[1]);
-        mma(dp[2 * nn + 1], vf, r[2], r[3]);
+        for (int nn = 0; nn < 4; ++nn) {
+          uint32_t r[4];
+          ldmatrix_x4(r, bt_addr<D>(sq_i, nn * 16, kk * 16, lane));
+          mma(s[2 * nn], kf, r[0], r[1]);
+          mma(s[2 * nn + 1], kf, r[2], r[3]);
+          ldmatrix_x4(r, bt_addr<D>(sdo_i, nn * 16, kk * 16, lane));
+          mma(dp[2 * nn], vf, r[0], r[1]);
+          mma(dp[2 * nn + 1], vf, r[2], r[3]);
+        }
       }
-    }
 
-    // P^T = exp2(S^T scale_log2 - lse log2 e), 0 above the diagonal; dS^T = P^T (dP^T - Dvec).
-    const bool diagonal = q0 == k0;
+      // P^T = exp2(S^T scale_log2 - lse log2 e), 0 where key > query; dS^T = P^T (dP^T - Dvec).
+      const bool masking = k0 + kw + 15 > q0;
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qc = n * 8 + 2 * tig + (e & 1);  // query column within the tile
-        const int kr = kw + g + (e >> 1) * 8;      // key row within the tile
-        float p = exp2f(s[n][e] * a.scale_log2 - slse_i[qc] * kLog2e);
-        if (diagonal && kr > qc) p = 0.f;
-        s[n][e] = p;
-        dp[n][e] = p * (dp[n][e] - sdvec_i[qc]);
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int qc = n * 8 + 2 * tig + (e & 1);  // query column within the tile
+          const int kr = kw + g + (e >> 1) * 8;      // key row within the tile
+          float p = exp2f(s[n][e] * a.scale_log2 - slse_i[qc] * kLog2e);
+          if (masking && k0 + kr > q0 + qc) p = 0.f;
+          s[n][e] = p;
+          dp[n][e] = p * (dp[n][e] - sdvec_i[qc]);
+        }
+    }
 
     // dV += P^T dO and dK += dS^T Q over the tile's queries; dS^T to shared memory for dQ.
 #pragma unroll
@@ -430,15 +510,17 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(const Backward
       uint32_t pa[4], dsa[4];
       c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
       c_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);
+      if (live) {
 #pragma unroll
-      for (int nd = 0; nd < D / 16; ++nd) {
-        uint32_t r[4];
-        ldmatrix_x4_trans(r, b_addr<D>(sdo_i, kk * 16, nd * 16, lane));
-        mma(dv[2 * nd], pa, r[0], r[1]);
-        mma(dv[2 * nd + 1], pa, r[2], r[3]);
-        ldmatrix_x4_trans(r, b_addr<D>(sq_i, kk * 16, nd * 16, lane));
-        mma(dk[2 * nd], dsa, r[0], r[1]);
-        mma(dk[2 * nd + 1], dsa, r[2], r[3]);
+        for (int nd = 0; nd < D / 16; ++nd) {
+          uint32_t r[4];
+          ldmatrix_x4_trans(r, b_addr<D>(sdo_i, kk * 16, nd * 16, lane));
+          mma(dv[2 * nd], pa, r[0], r[1]);
+          mma(dv[2 * nd + 1], pa, r[2], r[3]);
+          ldmatrix_x4_trans(r, b_addr<D>(sq_i, kk * 16, nd * 16, lane));
+          mma(dk[2 * nd], dsa, r[0], r[1]);
+          mma(dk[2 * nd + 1], dsa, r[2], r[3]);
+        }
       }
       // dS^T rows kw + g (+ 8), query columns 16 kk + 2 tig (+ 8): the A fragment's own layout.
       const int c = 2 * kk;  // chunk of columns 16 kk .. 16 kk + 7
@@ -449,30 +531,30 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(const Backward
     }
     __syncthreads();
 
-    // dQ (this warp's 16 queries) += dS K over the tile's keys, added into the float32 accumulator.
-    float dq[D / 8][4];
+    // dQ += dS K over the tile's keys: this warp's 16 queries and kDqCols columns, added into the float32
+    // accumulator. Keys past the last live warp's contribute zeros and are skipped.
+    const int qr = (warp % kQueryWarps) * 16;
+    const int c0 = (warp / kQueryWarps) * kDqCols;
+    const int live_keys = min(kKeys, q0 + kTile - k0);  // keys 0 .. live_keys - 1 of the tile can be <= a query
+    float dq[kDqCols / 8][4];
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
+    for (int n = 0; n < kDqCols / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      if (kk * 16 >= live_keys) break;
       uint32_t dsa[4];
-      ldmatrix_x4_trans(dsa, at_addr<kTile>(sds, warp * 16, kk * 16, lane));
+      ldmatrix_x4_trans(dsa, at_addr<kTile>(sds, qr, kk * 16, lane));
 #pragma unroll
-      for (int nd = 0; nd < D / 16; ++nd) {
+      for (int nd = 0; nd < kDqCols / 16; ++nd) {
         uint32_t r[4];
-        ldmatrix_x4_trans(r, b_addr<D>(sk, kk * 16, nd * 16, lane));
+        ldmatrix_x4_trans(r, b_addr<D>(sk, kk * 16, c0 + nd * 16, lane));
         mma(dq[2 * nd], dsa, r[0], r[1]);
         mma(dq[2 * nd + 1], dsa, r[2], r[3]);
       }
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int t = q0 + warp * 16 + g + r * 8;
-      if (t >= a.T) continue;
-      float* dst = a.dq + ((row0 + t) * a.H + h) * D + 2 * tig;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) atomicAdd(reinterpret_cast<float2*>(dst + n * 8), make_float2(dq[n][2 * r], dq[n][2 * r + 1]));
-    }
+    const int t = q0 + qr + g;
+    float* row_g = a.dq + ((row0 + t) * a.H + h) * D + c0;
+    add_dq<kDqCols>(dq, row_g, row_g + 8 * a.H * D, tig, t < a.T, t + 8 < a.T);
     __syncthreads();  // sds and the stage read here are overwritten next
   }
 
@@ -506,11 +588,12 @@ __global__ void finish_dq_kernel(const float* acc, bf16* dq, int64_t dq_stride, 
   }
 }
 
-int64_t forward_smem(int D) {
-  return 5 * kTile * D * 2;
+int64_t forward_smem(int D, int M, int N) {
+  return (kWarps * 16 * M + 4 * N) * D * 2;  // Q, and two stages of K and V
 }
-int64_t backward_smem(int D) {
-  return 6 * kTile * D * 2 + kTile * kTile * 2 + 4 * kTile * 4;
+int64_t backward_smem(int D, int key_warps) {
+  const int64_t keys = 16 * key_warps;
+  return (2 * keys + 4 * kTile) * D * 2 + keys * kTile * 2 + 4 * kTile * 4;  // K, V, 2 stages of Q, dO; dS; vectors
 }
 
 template <typename Kernel>
@@ -542,24 +625,29 @@ void forward(const Inputs& in, void* out, int64_t out_stride, float* lse) {
                       static_cast<int>(in.H),
                       static_cast<int>(in.H / in.KV),
                       scale * kLog2e};
-  const dim3 grid(static_cast<unsigned>((in.T + kTile - 1) / kTile), static_cast<unsigned>(in.H),
+  // Query rows a warp: 32 (two row blocks sharing each K and V fragment) unless RETORT_FLASH_ROWS=16 asks for the
+  // one-block kernel (kept to measure against).
+  const char* rows_choice = std::getenv("RETORT_FLASH_ROWS");
+  const int M = rows_choice != nullptr && std::string_view(rows_choice) == "16" ? 1 : 2;
+  const int64_t rows = kWarps * 16 * M;
+  const dim3 grid(static_cast<unsigned>((in.T + rows - 1) / rows), static_cast<unsigned>(in.H),
                   static_cast<unsigned>(in.B));
-  const int64_t smem_bytes = forward_smem(static_cast<int>(in.D));
+  const int N = in.D == 128 && M == 2 ? 32 : 64;
+  const int64_t smem_bytes = forward_smem(static_cast<int>(in.D), M, N);
   auto launch = [&](auto kernel) {
     allow_smem(kernel, smem_bytes);
     kernel<<<grid, kThreads, smem_bytes, rc::current_stream()>>>(a);
     RETORT_CUDA_CHECK_LAUNCH();
   };
   if (in.D == 64) {
-    launch(flash_forward_kernel<64>);
+    launch(M == 1 ? flash_forward_kernel<64, 1, 64> : flash_forward_kernel<64, 2, 64>);
   } else {
-    launch(flash_forward_kernel<128>);
+    launch(M == 1 ? flash_forward_kernel<128, 1, 64> : flash_forward_kernel<128, 2, 32>);
   }
 }
 
 void backward(const Inputs& in, const void* dout, int64_t dout_stride, const void* out, int64_t out_stride,
-              const float* lse, void* dq, int64_t dq_stride, void* dk, int64_t dk_stride, void* dv,
-              int64_t dv_stride) {
+              const float* lse, void* dq, int64_t dq_stride, void* dk, int64_t dk_stride, void* dv, int64_t dv_stride) {
   if (in.B * in.T == 0) return;
   cudaStream_t stream = rc::current_stream();
   const int64_t rows = in.B * in.T;
@@ -595,11 +683,16 @@ void backward(const Inputs& in, const void* dout, int64_t dout_stride, const voi
                          static_cast<int>(in.H / in.KV),
                          scale * kLog2e,
                          scale};
-    const dim3 grid(static_cast<unsigned>((in.T + kTile - 1) / kTile), static_cast<unsigned>(in.KV),
+    // 128 keys a CTA (8 warps) unless RETORT_FLASH_KEYS=64 asks for the 4-warp kernel (kept to measure against).
+    const char* keys_choice = std::getenv("RETORT_FLASH_KEYS");
+    const int key_warps = keys_choice != nullptr && std::string_view(keys_choice) == "64" ? 4 : 8;
+    const int64_t keys = 16 * key_warps;
+    const dim3 grid(static_cast<unsigned>((in.T + keys - 1) / keys), static_cast<unsigned>(in.KV),
                     static_cast<unsigned>(in.B));
-    const int64_t smem_bytes = backward_smem(D);
-    allow_smem(flash_backward_kernel<D>, smem_bytes);
-    flash_backward_kernel<D><<<grid, kThreads, smem_bytes, stream>>>(a);
+    const int64_t smem_bytes = backward_smem(D, key_warps);
+    auto kernel = key_warps == 4 ? flash_backward_kernel<D, 4> : flash_backward_kernel<D, 8>;
+    allow_smem(kernel, smem_bytes);
+    kernel<<<grid, 32 * key_warps, smem_bytes, stream>>>(a);
     RETORT_CUDA_CHECK_LAUNCH();
 
     finish_dq_kernel<D><<<grid_for(rows * in.H * D / 8, 256), 256, 0, stream>>>(
@@ -628,8 +721,8 @@ Inputs packed_inputs(const Tensor& qkv, int n_head) {
 }
 
 Inputs split_inputs(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head) {
-  return {q.size(0),     q.size(1), n_head,    n_kv_head, q.size(2) / n_head, q.raw_data(), k.raw_data(),
-          v.raw_data(), q.size(2), k.size(2), v.size(2)};
+  return {q.size(0),    q.size(1),    n_head,    n_kv_head, q.size(2) / n_head, q.raw_data(),
+          k.raw_data(), v.raw_data(), q.size(2), k.size(2), v.size(2)};
 }
 
 // The kernels read 16-byte packs: a view whose start is not 16-byte aligned is copied (a fresh tensor is).
@@ -651,14 +744,14 @@ void flash_attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor&
   forward(packed_inputs(qkv, n_head), out.raw_data(), out.size(2), lse.data<float>());
 }
 
-void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head,
-                             Tensor& out, Tensor& lse) {
+void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head, Tensor& out,
+                             Tensor& lse) {
   rc::DeviceGuard guard(device_of(q, "flash_attention_forward"));
   forward(split_inputs(q, k, v, n_head, n_kv_head), out.raw_data(), out.size(2), lse.data<float>());
 }
 
-void flash_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                              int n_head, Tensor& dqkv) {
+void flash_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
+                              Tensor& dqkv) {
   rc::DeviceGuard guard(device_of(qkv, "flash_attention_backward"));
   const Inputs in = packed_inputs(qkv, n_head);
   const int64_t C = in.H * in.D;
@@ -667,9 +760,8 @@ void flash_attention_backward(const Tensor& dout, const Tensor& qkv, const Tenso
            at(dqkv, 2 * C), 3 * C);
 }
 
-void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& lse, int n_head, int n_kv_head, Tensor& dq, Tensor& dk,
-                              Tensor& dv) {
+void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, int n_head, int n_kv_head, Tensor& dq, Tensor& dk, Tensor& dv) {
   rc::DeviceGuard guard(device_of(q, "flash_attention_backward"));
   const Inputs in = split_inputs(q, k, v, n_head, n_kv_head);
   const Tensor g = aligned(dout);

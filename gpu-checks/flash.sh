@@ -31,7 +31,7 @@ echo "== GPT-2 small training, bf16, batch 16 x 1024"
 gpt2=(--device cuda --dtype bf16 --batch 16 --seq 1024 --vocab 50257 --layers 12 --heads 12 --embd 768)
 for path in flash materialized; do
   if [[ $path == materialized ]]; then export RETORT_ATTENTION=materialized; else unset RETORT_ATTENTION; fi
-  timeout 120 "$build/bench/bench_train_throughput" --label "gpt2-small-bf16-$path" "${gpt2[@]}" 2>&1 |
+  timeout ${TRAIN_TIMEOUT:-120} "$build/bench/bench_train_throughput" --label "gpt2-small-bf16-$path" "${gpt2[@]}" 2>&1 |
     tee "$out/train-$path.log" | grep -E '^\{|tokens' | tail -3
 done
 unset RETORT_ATTENTION

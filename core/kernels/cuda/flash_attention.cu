@@ -6,19 +6,21 @@
 // q [B, T, H * D], k and v [B, T, KV * D], each read in place through its row stride (the packed [B, T, 3C]
 // projections of GPT are KV = H with stride 3C), query head h reading key/value head h / (H / KV).
 //
-// Forward: one CTA of 4 warps takes 64 query rows of one head (16 rows a warp) and walks the key tiles of 64 up to
-// the diagonal with the online softmax (running row max m and sum l; a new max rescales the sum and the output
-// accumulator by exp(m_old - m_new)). Products on the tensor cores: mma.sync m16n8k16 bf16 with float32
-// accumulation, operands from shared memory through ldmatrix (.trans for V), K and V tiles double-buffered with
-// cp.async so the next tile loads while this one is multiplied. Saved for the backward pass: the output and the
-// float32 log-sum-exp of each (b, h, t) row of scaled scores (natural log).
+// Forward: one CTA of 4 warps takes 128 query rows of one head (32 rows a warp, two 16-row blocks sharing each K
+// and V fragment it reads) and walks the key tiles (64 keys; 32 at head size 128, to keep the accumulators in
+// registers) up to the diagonal with the online softmax (running row max m and sum l; a new max rescales the sum
+// and the output accumulator by exp(m_old - m_new)). Products on the tensor cores: mma.sync m16n8k16 bf16 with
+// float32 accumulation, operands from shared memory through ldmatrix (.trans for V), K and V tiles double-buffered
+// with cp.async so the next tile loads while this one is multiplied. Saved for the backward pass: the output and
+// the float32 log-sum-exp of each (b, h, t) row of scaled scores (natural log).
 //
 // Backward (the recomputation of FlashAttention-2): Dvec = rowsum(dO * O) per (b, h, t) first; then one CTA per
-// 64-key tile of one key/value head holds K and V and walks every query tile at or below the diagonal of every
-// query head of its group, recomputing P = exp(S - lse) and dS = P (dP - Dvec) with dP = dO V^T, accumulating
-// dV += P^T dO and dK += dS^T Q in registers (so the group's sum needs no atomics) and adding dQ += dS K into a
-// float32 buffer with atomics (dS goes through shared memory: its rows are split across warps by key, dQ's by
-// query). A last pass scales dQ and writes it in the gradient's dtype and row stride.
+// key tile (128 keys at head size 128, 64 at 64; 16 a warp) of one key/value head holds K and V and walks every
+// 64-row query tile at or below the diagonal of every query head of its group, recomputing P = exp(S - lse) and
+// dS = P (dP - Dvec) with dP = dO V^T, accumulating dV += P^T dO and dK += dS^T Q in registers (so the group's sum
+// needs no atomics) and adding dQ += dS K into a float32 buffer with 16-byte atomics (dS goes through shared
+// memory: its rows are split across warps by key, dQ's by query). A last pass scales dQ and writes it in the
+// gradient's dtype and row stride.
 //
 // Causal: tiles above the diagonal are never visited; in a diagonal tile, key > query is masked. Rows past T load
 // as zeros (cp.async zero-fill) and are never stored: a padded query's zero q and dO give it dS = 0, a padded key
@@ -625,8 +627,8 @@ void forward(const Inputs& in, void* out, int64_t out_stride, float* lse) {
                       static_cast<int>(in.H),
                       static_cast<int>(in.H / in.KV),
                       scale * kLog2e};
-  // Query rows a warp: 32 (two row blocks sharing each K and V fragment) unless RETORT_FLASH_ROWS=16 asks for the
-  // one-block kernel (kept to measure against).
+  // Query rows a warp: 32 (two row blocks sharing each K and V fragment; 10-20% faster than 16 on an H200) unless
+  // RETORT_FLASH_ROWS=16 asks for the one-block kernel, to measure them against each other.
   const char* rows_choice = std::getenv("RETORT_FLASH_ROWS");
   const int M = rows_choice != nullptr && std::string_view(rows_choice) == "16" ? 1 : 2;
   const int64_t rows = kWarps * 16 * M;
@@ -683,9 +685,13 @@ void backward(const Inputs& in, const void* dout, int64_t dout_stride, const voi
                          static_cast<int>(in.H / in.KV),
                          scale * kLog2e,
                          scale};
-    // 128 keys a CTA (8 warps) unless RETORT_FLASH_KEYS=64 asks for the 4-warp kernel (kept to measure against).
+    // Keys a CTA: 128 (8 warps) at head size 128, 64 (4 warps) at 64, the faster of the two at each size on an H200
+    // (docs/benchmarks.md; at 64 the 8-warp CTA's 177 registers a thread leave one CTA a multiprocessor, the 4-warp
+    // one fits two). RETORT_FLASH_KEYS=64 or 128 picks one, to measure them against each other.
     const char* keys_choice = std::getenv("RETORT_FLASH_KEYS");
-    const int key_warps = keys_choice != nullptr && std::string_view(keys_choice) == "64" ? 4 : 8;
+    int key_warps = D == 128 ? 8 : 4;
+    if (keys_choice != nullptr && std::string_view(keys_choice) == "64") key_warps = 4;
+    if (keys_choice != nullptr && std::string_view(keys_choice) == "128") key_warps = 8;
     const int64_t keys = 16 * key_warps;
     const dim3 grid(static_cast<unsigned>((in.T + keys - 1) / keys), static_cast<unsigned>(in.KV),
                     static_cast<unsigned>(in.B));

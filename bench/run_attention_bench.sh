@@ -62,8 +62,8 @@ def tflops(r):
 lines = [f"Causal attention with grouped-query heads on {first['device']} ({first['dtype']}); shapes "
          f"BxTxHxKVxD; {main} against each peer; ratio = peer fwd+bwd ms / {main} fwd+bwd ms (> 1: {main} faster); "
          "TFLOP/s causal (forward 2 B H T^2 D, forward + backward 3.5 times that)", "",
-         f"| shape | {main} fwd ms | {main} fwd+bwd ms | {main} fwd+bwd TFLOP/s | "
-         + " | ".join(f"{p} fwd ms | {p} fwd+bwd ms | {p} TFLOP/s | ratio vs {p}" for p in peers) + " |",
+         f"| shape | {main} fwd ms | {main} fwd+bwd ms | {main} fwd+bwd TFLOP/s |"
+         + "".join(f" {p} fwd ms | {p} fwd+bwd ms | {p} TFLOP/s | ratio vs {p} |" for p in peers),
          "|---" * (4 + 4 * len(peers)) + "|"]
 for r in (x for x in rows if x["framework"] == main):
     shape = r["shape"]

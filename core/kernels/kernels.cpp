@@ -329,7 +329,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 namespace {
 
 // Read on every call (a getenv is nothing next to an attention), so a benchmark can switch paths between runs.
-bool materialized_attention_forced() {
+[[maybe_unused]] bool materialized_attention_forced() {
   const char* choice = std::getenv("RETORT_ATTENTION");
   return choice != nullptr && std::string_view(choice) == "materialized";
 }
@@ -345,7 +345,7 @@ void check_flash(const Tensor& q, const Tensor& out, const Tensor& lse, int n_he
                "{}: lse {} should be f32 [{}, {}, {}]", op, lse.describe(), q.size(0), n_head, q.size(1));
 }
 
-void require_fit(bool fits, const Tensor& q, int64_t head_dim, const char* op) {
+[[maybe_unused]] void require_fit(bool fits, const Tensor& q, int64_t head_dim, const char* op) {
   RETORT_CHECK(fits,
                "{}: the fused attention takes bf16 with head size 64 or 128 and 16-byte aligned rows, got q {} with "
                "head size {} (check flash_attention_applies first; attention_forward takes any)",

@@ -30,6 +30,26 @@
 #include "core/tensor/tensor.h"
 #include "core/util/error.h"
 
+namespace retort {
+namespace {
+
+// CPU tensors (and every tensor of a build without CUDA) keep the materialising kernels: the fused ones say no and,
+// called anyway, refuse with the way out.
+TEST(FlashAttention, CpuTensorsTakeTheMaterialisingPath) {
+  const Tensor q = Tensor::zeros({1, 4, 128}, DType::BF16);
+  EXPECT_FALSE(kernels::flash_attention_applies(q, q, q, 64));
+  Tensor out = Tensor::zeros({1, 4, 128}, DType::BF16), lse = Tensor::zeros({1, 2, 4}, DType::F32);
+  try {
+    kernels::flash_attention_forward(q, q, q, 2, 2, out, lse);
+    ADD_FAILURE() << "flash_attention_forward took CPU tensors";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attention_forward"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace retort
+
 #ifdef RETORT_WITH_CUDA
 
 namespace retort {

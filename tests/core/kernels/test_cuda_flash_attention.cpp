@@ -2,15 +2,16 @@
 // float64 on the same bf16-rounded inputs: the output, the saved row log-sum-exps and dq, dk, dv; against the
 // materialising kernels; and through ops::causal_attention / causal_self_attention with RETORT_ATTENTION switching
 // paths. Shapes cover both head sizes, grouped-query ratios 1, 4 and 8, lengths that are not a multiple of the
-// 64-row tile (1, 100, 1000), a long sequence (4096), many heads at batch 1, the packed [B, T, 3C] layout, and
-// scores of magnitude 1e4. Skips cleanly without a GPU.
+// kernels' tiles (32 to 128 rows: T = 1, 100, 192, 1000), a long sequence (4096), 32 heads at batch 1, the packed
+// [B, T, 3C] layout, and scores of magnitude 1e4. The GPU tests skip cleanly without a GPU; RETORT_FLASH_ROWS and
+// RETORT_FLASH_KEYS in the environment run them on the other kernel shapes (gpu-checks/flash.sh does).
 //
 // Tolerances (norm-wise relative error, ||x - ref|| / ||ref||): the kernels round P and dS to bf16 (8 significant
 // bits, relative rounding error <= 2^-9 ~ 2e-3) before their products and write out, dq, dk, dv in bf16 (another
 // <= 2e-3 each); everything else accumulates in float32. Independent roundings over many terms average out, so
 // the norm-wise error is a few 1e-3: 1e-2 for the output and dv, 2e-2 for dq and dk (dS = P (dP - Dvec) loses
 // digits to the subtraction). lse is float32 with its scores from exact bf16 products summed in float32:
-// 1e-5 relative to the row's largest |score| plus 1e-5 absolute.
+// 1e-5 relative to the tensor's largest |lse| plus 1e-5 absolute.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 

@@ -36,8 +36,8 @@ namespace retort::kernels::cuda {
 namespace {
 using namespace detail;
 
-constexpr int kTile = 64;  // query rows and keys per tile
-constexpr int kWarps = 4;  // 16 rows of the tile each
+constexpr int kTile = 64;  // the backward's query rows per tile, and the default tile height
+constexpr int kWarps = 4;  // of a forward CTA
 constexpr int kThreads = 32 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;

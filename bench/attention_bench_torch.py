@@ -6,6 +6,7 @@ repeat_interleave otherwise (the repeat is then part of the measured time, as it
 arrive as [B, T, heads * D], like retort's op, and are viewed as [B, heads, T, D] (the transposes are included).
 Before PyTorch 2.0 (no scaled_dot_product_attention; Debian's CPU build) the attention is written out as masked
 softmax(Q K^T / sqrt(D)) V, named torch-math-repeat-kv. Measured like bench_attention: forward, and forward + backward, one warm-up, the median of the timed runs.
+FLOP rates use bench_attention's causal convention: forward 4 B H T^2 D / 2, forward + backward 3.5 times that.
 Prints a table and one JSON line per shape.
 """
 import argparse
@@ -103,11 +104,12 @@ def main():
             attention(q, k, v, h, kv, gqa).backward(dout)
 
         both = median_seconds(device, args.repeats, step)
-        flops = 4.0 * b * h * t * t * d
+        flops = 2.0 * b * h * t * t * d  # causal: half of 4 B H T^2 D
         print(f"{item:>24} {1e3 * fwd:>10.3f} {1e3 * both:>10.3f} {flops / fwd / 1e12:>12.1f} "
               f"{3.5 * flops / both / 1e12:>12.1f}")
         row = {"framework": framework, "device": str(device), "dtype": args.dtype, "shape": item, "batch": b, "T": t,
                "heads": h, "kv_heads": kv, "head_dim": d, "forward_ms": 1e3 * fwd, "forward_backward_ms": 1e3 * both,
+               "forward_tflops": flops / fwd / 1e12, "forward_backward_tflops": 3.5 * flops / both / 1e12,
                "torch": torch.__version__}
         print(json.dumps(row), flush=True)
         if args.json:

@@ -1,7 +1,13 @@
 // Argument checks shared by both backends, then dispatch on the device of the tensors.
 #include "core/kernels/kernels.h"
 
+#include <cstdlib>
+#include <string_view>
+
 #include "core/kernels/backends.h"
+#ifdef RETORT_WITH_CUDA
+#include "core/kernels/cuda/flash_attention.h"
+#endif
 #include "core/util/error.h"
 
 namespace retort::kernels {
@@ -318,6 +324,116 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
     RETORT_CHECK(t->dtype() == q.dtype(), "attention_backward: {} is not in q's dtype ({})", t->describe(),
                  dtype_name(q.dtype()));
   RETORT_DISPATCH(q.device(), attention_backward, dout, q, k, v, probs, n_head, n_kv_head, dq, dk, dv);
+}
+
+namespace {
+
+// Read on every call (a getenv is nothing next to an attention), so a benchmark can switch paths between runs.
+[[maybe_unused]] bool materialized_attention_forced() {
+  const char* choice = std::getenv("RETORT_ATTENTION");
+  return choice != nullptr && std::string_view(choice) == "materialized";
+}
+
+void check_flash(const Tensor& q, const Tensor& out, const Tensor& lse, int n_head, const char* op) {
+  RETORT_CHECK(q.device().is_cuda() && q.dtype() == DType::BF16,
+               "{}: the fused attention runs on CUDA bf16 tensors, got q {} (use attention_forward / "
+               "attention_backward)",
+               op, q.describe());
+  RETORT_CHECK(out.shape() == Shape({q.size(0), q.size(1), out.size(-1)}) && out.dtype() == q.dtype(),
+               "{}: out {} should be [{}, {}, width] in q's dtype", op, out.describe(), q.size(0), q.size(1));
+  RETORT_CHECK(lse.shape() == Shape({q.size(0), n_head, q.size(1)}) && lse.dtype() == DType::F32,
+               "{}: lse {} should be f32 [{}, {}, {}]", op, lse.describe(), q.size(0), n_head, q.size(1));
+}
+
+[[maybe_unused]] void require_fit(bool fits, const Tensor& q, int64_t head_dim, const char* op) {
+  RETORT_CHECK(fits,
+               "{}: the fused attention takes bf16 with head size 64 or 128 and 16-byte aligned rows, got q {} with "
+               "head size {} (check flash_attention_applies first; attention_forward takes any)",
+               op, q.describe(), head_dim);
+}
+
+}  // namespace
+
+bool flash_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim) {
+#ifdef RETORT_WITH_CUDA
+  if (materialized_attention_forced()) return false;
+  return cuda::flash_attention_fits(q, head_dim, {&q, &k, &v});
+#else
+  (void)q, (void)k, (void)v, (void)head_dim;
+  return false;
+#endif
+}
+
+void flash_attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& lse) {
+  same_device({&qkv, &out, &lse}, "flash_attention_forward");
+  RETORT_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0 && n_head > 0 && qkv.size(2) / 3 % n_head == 0,
+               "flash_attention_forward: qkv {} is not [B, T, 3C] with C a multiple of {} heads", qkv.describe(),
+               n_head);
+  const int64_t C = qkv.size(2) / 3, D = C / n_head;
+  check_flash(qkv, out, lse, n_head, "flash_attention_forward");
+  RETORT_CHECK(out.size(2) == C, "flash_attention_forward: out {} should have width {}", out.describe(), C);
+#ifdef RETORT_WITH_CUDA
+  require_fit(cuda::flash_attention_fits(qkv, D, {&qkv, &out}), qkv, D, "flash_attention_forward");
+  cuda::flash_attention_forward(qkv, n_head, out, lse);
+#else
+  (void)D;
+#endif
+}
+
+void flash_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
+                              Tensor& dqkv) {
+  same_device({&dout, &qkv, &out, &lse, &dqkv}, "flash_attention_backward");
+  same_shape(qkv, dqkv, "flash_attention_backward");
+  same_shape(dout, out, "flash_attention_backward");
+  RETORT_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0 && n_head > 0 && qkv.size(2) / 3 % n_head == 0,
+               "flash_attention_backward: qkv {} is not [B, T, 3C] with C a multiple of {} heads", qkv.describe(),
+               n_head);
+  const int64_t D = qkv.size(2) / 3 / n_head;
+  check_flash(qkv, out, lse, n_head, "flash_attention_backward");
+  RETORT_CHECK(dout.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype(),
+               "flash_attention_backward: dout {} and dqkv {} should be in qkv's dtype", dout.describe(),
+               dqkv.describe());
+#ifdef RETORT_WITH_CUDA
+  require_fit(cuda::flash_attention_fits(qkv, D, {&qkv, &out, &dqkv}), qkv, D, "flash_attention_backward");
+  cuda::flash_attention_backward(dout, qkv, out, lse, n_head, dqkv);
+#else
+  (void)D;
+#endif
+}
+
+void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head, Tensor& out,
+                             Tensor& lse) {
+  same_device({&q, &k, &v, &out, &lse}, "flash_attention_forward");
+  const int64_t D = check_heads(q, k, v, n_head, n_kv_head, "flash_attention_forward");
+  check_flash(q, out, lse, n_head, "flash_attention_forward");
+  same_shape(out, q, "flash_attention_forward");
+#ifdef RETORT_WITH_CUDA
+  require_fit(cuda::flash_attention_fits(q, D, {&q, &k, &v, &out}), q, D, "flash_attention_forward");
+  cuda::flash_attention_forward(q, k, v, n_head, n_kv_head, out, lse);
+#else
+  (void)D;
+#endif
+}
+
+void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, int n_head, int n_kv_head, Tensor& dq, Tensor& dk, Tensor& dv) {
+  same_device({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv}, "flash_attention_backward");
+  const int64_t D = check_heads(q, k, v, n_head, n_kv_head, "flash_attention_backward");
+  check_flash(q, out, lse, n_head, "flash_attention_backward");
+  same_shape(dout, q, "flash_attention_backward");
+  same_shape(out, q, "flash_attention_backward");
+  same_shape(dq, q, "flash_attention_backward");
+  same_shape(dk, k, "flash_attention_backward");
+  same_shape(dv, v, "flash_attention_backward");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &dq, &dk, &dv})
+    RETORT_CHECK(t->dtype() == q.dtype(), "flash_attention_backward: {} is not in q's dtype ({})", t->describe(),
+                 dtype_name(q.dtype()));
+#ifdef RETORT_WITH_CUDA
+  require_fit(cuda::flash_attention_fits(q, D, {&q, &k, &v, &out, &dq, &dk, &dv}), q, D, "flash_attention_backward");
+  cuda::flash_attention_backward(dout, q, k, v, out, lse, n_head, n_kv_head, dq, dk, dv);
+#else
+  (void)D;
+#endif
 }
 
 void attention_with_cache(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& starts, int n_head,

@@ -73,6 +73,21 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, int n_
 // dq, dk, dv written (dk and dv summed over the query heads of each group).
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                         int n_head, int n_kv_head, Tensor& dq, Tensor& dk, Tensor& dv);
+// Fused (flash) causal attention: the same results as attention_forward / attention_backward without the [T, T]
+// probabilities. The forward saves, instead, lse f32 [B, n_head, T]: log sum_j exp(q_t . k_j / sqrt(D)) over the
+// keys j <= t of each row (natural log); the backward recomputes the probabilities from q, k and lse and takes the
+// forward's out. CUDA only, bf16, head size 64 or 128: flash_attention_applies says whether these inputs qualify.
+// Setting the environment variable RETORT_ATTENTION=materialized makes it say no, so the materialising path can be
+// measured against the fused one from the same binary. Backward: dq, dk, dv written (dk and dv summed over each
+// group's query heads); dq's float32 sums are added up with atomics, so it may differ in the last bit from run to run.
+bool flash_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim);
+void flash_attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& lse);
+void flash_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
+                              Tensor& dqkv);
+void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head, Tensor& out,
+                             Tensor& lse);
+void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, int n_head, int n_kv_head, Tensor& dq, Tensor& dk, Tensor& dv);
 // Inference with a key/value cache. qkv [B, Tn, 3C] holds the projections of Tn NEW positions of each row, which
 // start at starts[b] (i32 [B] on qkv's device). Their keys and values are written into k_cache and v_cache
 // [B, n_head, capacity, C / n_head] at positions starts[b] + t (positions at or past the capacity are dropped: a

@@ -284,6 +284,18 @@ Tensor softmax(const Tensor& x) {
 Tensor causal_self_attention(const Tensor& qkv, int n_head) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   Tensor out = Tensor::empty({B, T, C}, qkv.dtype(), qkv.device());
+  if (n_head > 0 && C % n_head == 0 && kernels::flash_attention_applies(qkv, qkv, qkv, C / n_head)) {
+    // Fused: the backward recomputes the probabilities from the row log-sum-exps (f32 [B, H, T]) and the output.
+    Tensor lse = Tensor::empty({B, n_head, T}, DType::F32, qkv.device());
+    kernels::flash_attention_forward(qkv, n_head, out, lse);
+    // A detached handle on out: capturing out itself would be a cycle through its own grad node.
+    Tensor saved_out = out.detach();
+    return autograd::record(out, "causal_self_attention", {qkv}, [qkv, saved_out, lse, n_head](const Tensor& g) {
+      Tensor gqkv = empty_like(qkv);
+      kernels::flash_attention_backward(g, qkv, saved_out, lse, n_head, gqkv);
+      return std::vector<Tensor>{gqkv};
+    });
+  }
   Tensor probs = Tensor::empty({B, n_head, T, T}, qkv.dtype(), qkv.device());
   kernels::attention_forward(qkv, n_head, out, probs);
   return autograd::record(out, "causal_self_attention", {qkv}, [qkv, probs, n_head](const Tensor& g) {
@@ -330,6 +342,17 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int n
   check_attention_heads(q, k, v, n_head, n_kv_head, "causal_attention");
   const int64_t B = q.size(0), T = q.size(1);
   Tensor out = empty_like(q);
+  if (kernels::flash_attention_applies(q, k, v, q.size(2) / n_head)) {
+    Tensor lse = Tensor::empty({B, n_head, T}, DType::F32, q.device());
+    kernels::flash_attention_forward(q, k, v, n_head, n_kv_head, out, lse);
+    Tensor saved_out = out.detach();  // not out itself: a cycle through its own grad node
+    return autograd::record(
+        out, "causal_attention", {q, k, v}, [q, k, v, saved_out, lse, n_head, n_kv_head](const Tensor& g) {
+          Tensor dq = empty_like(q), dk = empty_like(k), dv = empty_like(v);
+          kernels::flash_attention_backward(g, q, k, v, saved_out, lse, n_head, n_kv_head, dq, dk, dv);
+          return std::vector<Tensor>{dq, dk, dv};
+        });
+  }
   Tensor probs = Tensor::empty({B, n_head, T, T}, q.dtype(), q.device());
   kernels::attention_forward(q, k, v, n_head, n_kv_head, out, probs);
   return autograd::record(out, "causal_attention", {q, k, v}, [q, k, v, probs, n_head, n_kv_head](const Tensor& g) {

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# GPU check of the fused causal attention: its tests (float64 references, the materialising path, the ops'
+# switch), the attention benchmark (fused, materialised and PyTorch SDPA in one run) and GPT-2 small training
+# throughput through each path.
+#   gpu-checks/flash.sh BUILD_DIR [OUT_DIR]     (repo root as cwd; about 2-3 minutes on an H100)
+set -uo pipefail
+build=${1:?usage: gpu-checks/flash.sh BUILD_DIR [OUT_DIR]}
+out=${2:-runs/flash-check}
+mkdir -p "$out"
+# The default kernels (32 query rows a warp forward; 128 keys a CTA backward at head size 128, 64 at 64), then the
+# others the switches RETORT_FLASH_ROWS=16 and RETORT_FLASH_KEYS=64 / 128 select.
+# The ops' GPU-against-CPU tests run with the default kernels only.
+for variant in default RETORT_FLASH_ROWS=16 RETORT_FLASH_KEYS=64 RETORT_FLASH_KEYS=128; do
+  echo "== tests ($variant)"
+  filter='CudaFlashAttention.*'
+  [[ $variant == default ]] && filter+=':CudaAttention.*:DecoderOpsCuda.*:Ops/OpCudaVsCpu.*/causal*'
+  env $([[ $variant == default ]] || echo "$variant") timeout ${TEST_TIMEOUT:-150} "$build/tests/retort_core_tests" \
+    --gtest_filter="$filter" 2>&1 | tee "$out/tests-${variant//=/-}.log" |
+    grep -E '^\[ *(OK|FAILED|PASSED) *\]|Failure|error|Expected|Which is|actual' | head -40
+done
+echo "== attention benchmark"
+REPEATS=${REPEATS:-5} timeout ${BENCH_TIMEOUT:-200} bench/run_attention_bench.sh "$build" "$out/attention" > "$out/attention.log" 2>&1
+cat "$out/attention/table.md" 2>/dev/null
+echo "== the other kernel shapes (flash only)"
+for variant in RETORT_FLASH_ROWS=16 RETORT_FLASH_KEYS=64 RETORT_FLASH_KEYS=128; do
+  env "$variant" timeout 60 "$build/bench/bench_attention" --paths flash --repeats "${REPEATS:-5}" \
+    --shapes 8x2048x32x8x128,8x2048x32x8x64,8x2048x12x12x64 2>&1 | grep -v '^{' | sed "s/^/$variant /"
+done
+[[ ${SKIP_TRAIN:-0} == 1 ]] && exit 0
+echo "== GPT-2 small training, bf16, batch 16 x 1024"
+gpt2=(--device cuda --dtype bf16 --batch 16 --seq 1024 --vocab 50257 --layers 12 --heads 12 --embd 768)
+for path in flash materialized; do
+  if [[ $path == materialized ]]; then export RETORT_ATTENTION=materialized; else unset RETORT_ATTENTION; fi
+  timeout ${TRAIN_TIMEOUT:-120} "$build/bench/bench_train_throughput" --label "gpt2-small-bf16-$path" "${gpt2[@]}" 2>&1 |
+    tee "$out/train-$path.log" | grep -E '^\{|tokens' | tail -3
+done
+unset RETORT_ATTENTION

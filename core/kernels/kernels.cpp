@@ -2,6 +2,7 @@
 #include "core/kernels/kernels.h"
 
 #include "core/kernels/backends.h"
+#include "core/profile/op_profiler.h"
 #include "core/util/error.h"
 
 namespace retort::kernels {
@@ -9,17 +10,20 @@ namespace retort::kernels {
 namespace {
 
 #ifdef RETORT_WITH_CUDA
-#define RETORT_DISPATCH(device, fn, ...)        \
-  do {                                          \
-    if ((device).is_cuda()) {                   \
-      ::retort::kernels::cuda::fn(__VA_ARGS__); \
-    } else {                                    \
-      ::retort::kernels::cpu::fn(__VA_ARGS__);  \
-    }                                           \
+// Each dispatch is one op of an open op profile (core/profile/op_profiler.h); a relaxed load when none is.
+#define RETORT_DISPATCH(device, fn, ...)            \
+  do {                                              \
+    ::retort::profile::Range range_(#fn, (device)); \
+    if ((device).is_cuda()) {                       \
+      ::retort::kernels::cuda::fn(__VA_ARGS__);     \
+    } else {                                        \
+      ::retort::kernels::cpu::fn(__VA_ARGS__);      \
+    }                                               \
   } while (0)
 #else
 #define RETORT_DISPATCH(device, fn, ...)                                                              \
   do {                                                                                                \
+    ::retort::profile::Range range_(#fn, (device));                                                   \
     RETORT_CHECK(!(device).is_cuda(), "{}: this build has no CUDA backend (rebuild with nvcc)", #fn); \
     ::retort::kernels::cpu::fn(__VA_ARGS__);                                                          \
   } while (0)

@@ -5,6 +5,7 @@
 
 #include "core/autograd/grad_mode.h"
 #include "core/nn/working_copy.h"
+#include "core/profile/op_profiler.h"
 #include "core/util/error.h"
 
 namespace retort::optim {
@@ -113,7 +114,10 @@ void AdamW::update(double lr) {
       table->second.push_back(t);
     }
   }
-  for (const auto& [device, table] : tables) adamw_update_many(table, s, device);
+  for (const auto& [device, table] : tables) {
+    profile::Range range("adamw_multi_tensor", device);
+    adamw_update_many(table, s, device);
+  }
   for (const Tensor& p : copies_written) nn::mark_working_copy_fresh(p);
 }
 

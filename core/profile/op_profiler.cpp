@@ -17,7 +17,8 @@ namespace retort::profile {
 
 namespace detail {
 std::atomic<bool> active{false};
-}
+thread_local int open_ops = 0;
+}  // namespace detail
 
 namespace {
 

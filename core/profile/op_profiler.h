@@ -17,6 +17,7 @@ namespace retort::profile {
 
 namespace detail {
 extern std::atomic<bool> active;
+extern thread_local int open_ops;  // ops open on this thread: an op inside an op is part of the outer one
 int begin_range(const char* name, bool is_node, Device device);
 void end_range(int token);
 }  // namespace detail
@@ -25,21 +26,29 @@ inline bool op_profile_active() {
   return detail::active.load(std::memory_order_relaxed);
 }
 
-// Times the enclosing scope as one call of `name` (a string literal or one that outlives the profile). Kernel
-// dispatches and the optimizer are ops; a backward node is a node (its time includes the ops it runs).
+// Times the enclosing scope as one call of `name`. Kernel dispatches and the optimizer are ops; only the outermost
+// op of a thread is recorded (a CPU kernel converting its bf16 output through another dispatch is one op), so the
+// ops never overlap. A backward node is a node: its time includes the ops it runs.
 class Range {
  public:
   Range(const char* name, Device device, bool is_node = false) {
-    if (op_profile_active()) token_ = detail::begin_range(name, is_node, device);
+    if (!op_profile_active()) return;
+    if (!is_node) {
+      counted_ = true;
+      if (detail::open_ops++ > 0) return;
+    }
+    token_ = detail::begin_range(name, is_node, device);
   }
   ~Range() {
     if (token_ >= 0) detail::end_range(token_);
+    if (counted_) --detail::open_ops;
   }
   Range(const Range&) = delete;
   Range& operator=(const Range&) = delete;
 
  private:
   int token_ = -1;
+  bool counted_ = false;
 };
 
 // The phase the current thread's ranges are filed under ("forward" outside any scope): the autograd engine opens

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/autograd/engine.h"
+#include "core/autograd/grad_mode.h"
 #include "core/kernels/kernels.h"
 
 namespace retort::nn {
@@ -40,6 +41,10 @@ Tensor working_copy(const Tensor& master, DType dtype) {
   if (!master.defined() || !keeps_copy(master, dtype)) return {};
   TensorImpl* impl = master.impl();
   std::shared_ptr<WorkingCopy>& copy = impl->working_copy;
+  // Copies are made by training forwards only: a model that is only ever run without gradients (a teacher, a
+  // loaded model sampling) keeps no second set of weights and is cast as it runs; one being trained reuses its
+  // copies in evaluation too.
+  if (!copy && !grad_enabled()) return {};
   if (!copy || copy->value.dtype() != dtype || copy->value.device() != master.device() ||
       copy->value.shape() != master.shape()) {
     // One copy per weight: a copy in another dtype or on another device is replaced, not kept beside.

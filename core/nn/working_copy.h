@@ -16,7 +16,8 @@ bool working_copies_enabled();
 void set_working_copies_enabled(bool enabled);
 
 // `master` in `dtype` through its working copy (recast first when stale). Undefined when the master does not keep
-// one: copies are kept only for trainable f32 leaves (parameters) cast to bf16, and only while enabled.
+// one: copies are kept only for trainable f32 leaves (parameters) cast to bf16, only while enabled, and are made
+// only with gradients enabled (a forward without them uses an existing copy but makes none).
 Tensor working_copy(const Tensor& master, DType dtype);
 
 // For an optimizer that writes the copy itself: the copy's buffer (bf16, the master's shape and device) when the

@@ -1,11 +1,13 @@
 // bf16 working copies of f32 weights (core/nn/working_copy.h): a forward through the copy gives the same bits, and
 // the master the same f32 gradient, as the per-forward cast; the copy is made once and reused while the master is
 // unchanged, recast after any write to the master (copy_, a load_state_dict, a write its stamp cannot see once
-// marked), replaced rather than duplicated, and never kept for activations or frozen tensors.
+// marked), replaced rather than duplicated, never kept for activations or frozen tensors, and never made by a
+// forward without gradients.
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "core/autograd/grad_mode.h"
 #include "core/autograd/node.h"
 #include "core/nn/layers.h"
 #include "core/nn/working_copy.h"
@@ -105,10 +107,21 @@ TEST(WorkingCopy, OnlyForTrainableF32LeavesAndOnePerWeight) {
   to_compute(activation, DType::BF16);
   EXPECT_EQ(activation.impl()->working_copy, nullptr) << "an op's output is not a weight";
   EXPECT_FALSE(working_copy(w, DType::F32).defined()) << "no copy in the master's own dtype";
+  {
+    NoGradGuard no_grad;
+    to_compute(w, DType::BF16);
+    EXPECT_EQ(w.impl()->working_copy, nullptr) << "a forward without gradients (a teacher) makes no copy";
+  }
   to_compute(w, DType::BF16);
   const std::shared_ptr<WorkingCopy> kept = w.impl()->working_copy;
   to_compute(w, DType::BF16);
   EXPECT_EQ(w.impl()->working_copy, kept);
+  {
+    NoGradGuard no_grad;
+    const Tensor evaluated = to_compute(w, DType::BF16);
+    EXPECT_EQ(evaluated.raw_data(), kept->value.raw_data()) << "evaluation reuses the training copy";
+    EXPECT_EQ(evaluated.grad_fn(), nullptr);
+  }
 }
 
 }  // namespace

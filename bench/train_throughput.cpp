@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -61,9 +62,11 @@ int main(int argc, char** argv) {
                "(the behaviour before working copies; same as RETORT_WEIGHT_CASTS=per-step)");
   app.add_flag("--profile-ops", profile_ops,
                "after the timed steps, time one more step op by op (CUDA events) and print the table on stderr and "
-               "its JSON line on stdout");
+               "its JSON line on stdout (also RETORT_PROFILE_OPS=1)");
   CLI11_PARSE(app, argc, argv);
   if (per_step_casts) nn::set_working_copies_enabled(false);
+  if (const char* env_profile = std::getenv("RETORT_PROFILE_OPS"); env_profile && std::string(env_profile) == "1")
+    profile_ops = true;
 
   config.tie_weights = !untied;
   if (config.llama_family()) {

@@ -1,6 +1,8 @@
 // Training throughput of retort's GPT: forward, backward and an AdamW step on random tokens, timed after a
 // warm-up. bench/train_throughput_torch.py measures the PyTorch eager twin of the same model and batch;
 // bench/run_train_throughput.sh runs both in one go and prints the table for docs/benchmarks.md.
+// --per-step-casts measures the bf16 forward as it was before weights kept bf16 working copies (one cast per weight
+// per forward); --profile-ops times one extra step op by op (core/profile/op_profiler.h).
 // Under `retort launch --nproc N` the model is split over N tensor-parallel ranks, one GPU each (NCCL), every rank
 // on the same batch; tokens/s counts the batch once and the step time is the slowest rank's, peak memory is
 // per rank (the largest), and rank 0 prints the record:
@@ -8,8 +10,10 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "bench/harness/host_clock.h"
@@ -17,7 +21,9 @@
 #include "bench/harness/pool_meter.h"
 #include "bench/harness/rank_device.h"
 #include "bench/harness/rank_reduction.h"
+#include "core/nn/working_copy.h"
 #include "core/ops/ops.h"
+#include "core/profile/op_profiler.h"
 #include "core/tensor/device_runtime.h"
 #include "core/util/error.h"
 #include "losses/cross_entropy.h"
@@ -50,7 +56,17 @@ int main(int argc, char** argv) {
   app.add_flag("--untied", untied, "a separate LM head");
   app.add_option("--warmup", warmup);
   app.add_option("--steps", steps);
+  bool per_step_casts = false, profile_ops = false;
+  app.add_flag("--per-step-casts", per_step_casts,
+               "cast every f32 weight to the compute dtype on every forward instead of keeping bf16 working copies "
+               "(the behaviour before working copies; same as RETORT_WEIGHT_CASTS=per-step)");
+  app.add_flag("--profile-ops", profile_ops,
+               "after the timed steps, time one more step op by op (CUDA events) and print the table on stderr and "
+               "its JSON line on stdout (also RETORT_PROFILE_OPS=1)");
   CLI11_PARSE(app, argc, argv);
+  if (per_step_casts) nn::set_working_copies_enabled(false);
+  if (const char* env_profile = std::getenv("RETORT_PROFILE_OPS"); env_profile && std::string(env_profile) == "1")
+    profile_ops = true;
 
   config.tie_weights = !untied;
   if (config.llama_family()) {
@@ -92,16 +108,28 @@ int main(int argc, char** argv) {
   Tensor x = Tensor::from_ints(inputs, {batch, config.block_size}, device);
   Tensor y = Tensor::from_ints(targets, {batch, config.block_size});
 
+  const Tensor y_device = y.to(device);
+  const auto train_step = [&] {
+    Tensor loss = losses::cross_entropy(model.forward(x, dtype), y_device);
+    loss.backward();
+    optimizer.step(1e-4);
+    optimizer.zero_grad();
+    return loss.item();  // waits for the step: the timing covers the whole step
+  };
   double loss_value = 0, seconds = 0;
   for (int64_t i = 0; i < warmup + steps; ++i) {
     if (i == warmup) device_runtime::synchronize(device);
     const bench::Stopwatch watch;
-    Tensor loss = losses::cross_entropy(model.forward(x, dtype), y.to(device));
-    loss.backward();
-    optimizer.step(1e-4);
-    optimizer.zero_grad();
-    loss_value = loss.item();  // waits for the step: the timing covers the whole step
+    loss_value = train_step();
     if (i >= warmup) seconds += watch.seconds();
+  }
+  // Outside the timed steps: the events of the profile must not slow the measured ones.
+  std::optional<profile::OpProfile> op_profile;
+  if (profile_ops) {
+    device_runtime::synchronize(device);
+    profile::start_op_profile(device);
+    train_step();
+    op_profile = profile::stop_op_profile();
   }
   // The slowest rank sets the pace of a tensor-parallel step; the largest rank's memory is the one that must fit.
   seconds = bench::slowest_rank(world.get(), seconds);
@@ -120,10 +148,23 @@ int main(int argc, char** argv) {
       {"ms_per_step", 1000.0 * seconds / steps},
       {"final_loss", loss_value},
       {"tp", tp_group ? tp_group->size() : 1},
+      {"weight_casts", nn::working_copies_enabled() ? "working-copies" : "per-step"},
       {"peak_memory_gib", memory.available() ? nlohmann::json(peak_gib) : nlohmann::json(nullptr)}};
   // stdout is the record: bench/run_train_throughput.sh collects the lines of both frameworks.
-  if (!tp_group || tp_group->rank() == 0)
+  if (!tp_group || tp_group->rank() == 0) {
     std::cout << bench::stamped(out, bench::record_origin(bench::device_name(device))).dump() << std::endl;
+    if (op_profile) {
+      std::cerr << fmt::format("op profile of one step ({}, {}, batch {} x {}):\n", label, dtype_name_arg, batch,
+                               config.block_size)
+                << profile::format_op_profile(*op_profile);
+      const nlohmann::json record{{"framework", "retort"},
+                                  {"label", label},
+                                  {"kind", "op_profile"},
+                                  {"weight_casts", out["weight_casts"]},
+                                  {"profile", profile::op_profile_json(*op_profile)}};
+      std::cout << record.dump() << std::endl;
+    }
+  }
   bench::leave_together(device, tp_group.get());
   return 0;
 }

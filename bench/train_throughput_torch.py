@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""PyTorch eager twin of retort's GPT for the training-throughput benchmark.
+"""PyTorch twin of retort's GPT for the training-throughput benchmark.
 
 Same architecture (learned positions, pre-norm blocks, packed qkv, causal softmax attention, tanh GELU,
 tied LM head), same batch, AdamW, float32 master weights with bf16 autocast when --dtype bf16.
-Prints one JSON line like bench_train_throughput.
+Eager by default; --compile runs the model through torch.compile (default mode), compiled during the warm-up
+steps, which are not timed. Prints one JSON line like bench_train_throughput, with the peak of
+torch.cuda.max_memory_allocated over the whole run (parameters, optimizer state, activations) on a GPU.
 """
 import argparse
 import json
@@ -69,10 +71,14 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--attention", default="math", choices=["math", "sdpa"])
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (default mode)")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # retort's f32 GEMMs are full precision
     dev = torch.device(a.device)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
     model = Gpt(a.vocab, a.seq, a.layers, a.heads, a.embd, a.attention).to(dev)
+    forward = torch.compile(model) if a.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
     g = torch.Generator().manual_seed(0)
     data = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g).to(dev)
@@ -83,7 +89,7 @@ def main():
         sync()
         start = time.perf_counter()
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
-            logits = model(x)
+            logits = forward(x)
         loss = F.cross_entropy(logits.float().view(-1, a.vocab), y.reshape(-1))
         loss.backward()
         opt.step()
@@ -92,10 +98,12 @@ def main():
         if i >= a.warmup:
             seconds += time.perf_counter() - start
     params = sum(p.numel() for p in model.parameters())
-    print(json.dumps({"framework": f"torch-eager-{a.attention}", "label": a.label, "device": str(dev),
+    peak = torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
+    framework = "torch-compile" if a.compile else f"torch-eager-{a.attention}"
+    print(json.dumps({"framework": framework, "attention": a.attention, "label": a.label, "device": str(dev),
                       "dtype": a.dtype, "batch": a.batch, "seq": a.seq, "params": params,
                       "tokens_per_s": a.batch * a.seq * a.steps / seconds,
-                      "ms_per_step": 1000 * seconds / a.steps, "final_loss": value}))
+                      "ms_per_step": 1000 * seconds / a.steps, "final_loss": value, "peak_memory_gib": peak}))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ std::vector<ParamGroup> CompositeOptimizer::all_groups(const std::vector<std::un
 CompositeOptimizer::CompositeOptimizer(std::vector<std::unique_ptr<Optimizer>> parts)
     : Optimizer(all_groups(parts)), parts_(std::move(parts)) {}
 
-void CompositeOptimizer::step(double lr) {
+void CompositeOptimizer::update(double lr) {
   for (auto& part : parts_) part->step(lr);
 }
 

@@ -11,7 +11,7 @@ namespace retort::optim {
 class CompositeOptimizer : public Optimizer {
  public:
   explicit CompositeOptimizer(std::vector<std::unique_ptr<Optimizer>> parts);
-  void step(double lr) override;
+  void update(double lr) override;
   OptimizerState state() const override;
   void load_state(const OptimizerState& state) override;
   std::string name() const override;  // "rekls+adamw"

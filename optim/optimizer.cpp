@@ -1,6 +1,17 @@
 #include "optim/optimizer.h"
 
+#include "core/nn/working_copy.h"
+#include "core/profile/op_profiler.h"
+
 namespace retort::optim {
+
+void Optimizer::step(double lr) {
+  profile::PhaseScope phase("optimizer");
+  // Marked before the update, so an update that refreshes a copy in its own pass stamps it with the new version.
+  for (auto& group : groups_)
+    for (auto& [name, p] : group.params) nn::mark_written(p);
+  update(lr);
+}
 
 void Optimizer::zero_grad() {
   for (auto& group : groups_)

@@ -24,8 +24,9 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   // One update with learning rate `lr` from the gradients currently in .grad() (params without a
-  // gradient are skipped).
-  virtual void step(double lr) = 0;
+  // gradient are skipped). Every parameter's low-precision working copy (core/nn/working_copy.h) is stale after
+  // it, so the next forward recasts it, unless the update wrote the copy itself (AdamW does, in the same pass).
+  void step(double lr);
   virtual OptimizerState state() const = 0;
   virtual void load_state(const OptimizerState& state) = 0;
   virtual std::string name() const = 0;
@@ -35,6 +36,8 @@ class Optimizer {
 
  protected:
   explicit Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {}
+  // The update itself; step() marks the weights written before calling it.
+  virtual void update(double lr) = 0;
   std::vector<ParamGroup> groups_;
 };
 

@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "core/kernels/kernels.h"
+#include "core/profile/op_profiler.h"
 #include "core/util/error.h"
 
 namespace retort {
@@ -78,7 +79,8 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
   RETORT_CHECK(root.requires_grad(), "backward() on a tensor that does not require a gradient ({})", root.describe());
   RETORT_CHECK(grad_output.shape() == root.shape(), "gradient {} does not match output {}", grad_output.describe(),
                root.describe());
-  NoGradGuard no_grad;                              // backward closures compute plain tensors; no higher-order tape
+  NoGradGuard no_grad;  // backward closures compute plain tensors; no higher-order tape
+  profile::PhaseScope phase("backward");
   std::unordered_map<TensorImpl*, Tensor> pending;  // gradients of non-leaf tensors not yet propagated
   pending[root.impl()] = grad_output;
 
@@ -100,7 +102,11 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
       }
       continue;
     }
-    std::vector<Tensor> input_grads = node->backward(grad);
+    std::vector<Tensor> input_grads;
+    {
+      profile::Range range(node->name.c_str(), grad.device(), /*is_node=*/true);
+      input_grads = node->backward(grad);
+    }
     RETORT_CHECK(input_grads.size() == node->inputs.size(), "backward of '{}' returned {} gradients for {} inputs",
                  node->name, input_grads.size(), node->inputs.size());
     for (size_t i = 0; i < input_grads.size(); ++i) {

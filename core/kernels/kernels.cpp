@@ -8,6 +8,7 @@
 #ifdef RETORT_WITH_CUDA
 #include "core/kernels/cuda/flash_attention.h"
 #endif
+#include "core/profile/op_profiler.h"
 #include "core/util/error.h"
 
 namespace retort::kernels {
@@ -15,17 +16,20 @@ namespace retort::kernels {
 namespace {
 
 #ifdef RETORT_WITH_CUDA
-#define RETORT_DISPATCH(device, fn, ...)        \
-  do {                                          \
-    if ((device).is_cuda()) {                   \
-      ::retort::kernels::cuda::fn(__VA_ARGS__); \
-    } else {                                    \
-      ::retort::kernels::cpu::fn(__VA_ARGS__);  \
-    }                                           \
+// Each dispatch is one op of an open op profile (core/profile/op_profiler.h); a relaxed load when none is.
+#define RETORT_DISPATCH(device, fn, ...)            \
+  do {                                              \
+    ::retort::profile::Range range_(#fn, (device)); \
+    if ((device).is_cuda()) {                       \
+      ::retort::kernels::cuda::fn(__VA_ARGS__);     \
+    } else {                                        \
+      ::retort::kernels::cpu::fn(__VA_ARGS__);      \
+    }                                               \
   } while (0)
 #else
 #define RETORT_DISPATCH(device, fn, ...)                                                              \
   do {                                                                                                \
+    ::retort::profile::Range range_(#fn, (device));                                                   \
     RETORT_CHECK(!(device).is_cuda(), "{}: this build has no CUDA backend (rebuild with nvcc)", #fn); \
     ::retort::kernels::cpu::fn(__VA_ARGS__);                                                          \
   } while (0)
@@ -374,6 +378,7 @@ void flash_attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor&
   RETORT_CHECK(out.size(2) == C, "flash_attention_forward: out {} should have width {}", out.describe(), C);
 #ifdef RETORT_WITH_CUDA
   require_fit(cuda::flash_attention_fits(qkv, D, {&qkv, &out}), qkv, D, "flash_attention_forward");
+  const ::retort::profile::Range range_("flash_attention_forward", qkv.device());
   cuda::flash_attention_forward(qkv, n_head, out, lse);
 #else
   (void)D;
@@ -395,6 +400,7 @@ void flash_attention_backward(const Tensor& dout, const Tensor& qkv, const Tenso
                dqkv.describe());
 #ifdef RETORT_WITH_CUDA
   require_fit(cuda::flash_attention_fits(qkv, D, {&qkv, &out, &dqkv}), qkv, D, "flash_attention_backward");
+  const ::retort::profile::Range range_("flash_attention_backward", qkv.device());
   cuda::flash_attention_backward(dout, qkv, out, lse, n_head, dqkv);
 #else
   (void)D;
@@ -409,6 +415,7 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   same_shape(out, q, "flash_attention_forward");
 #ifdef RETORT_WITH_CUDA
   require_fit(cuda::flash_attention_fits(q, D, {&q, &k, &v, &out}), q, D, "flash_attention_forward");
+  const ::retort::profile::Range range_("flash_attention_forward", q.device());
   cuda::flash_attention_forward(q, k, v, n_head, n_kv_head, out, lse);
 #else
   (void)D;
@@ -430,6 +437,7 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
                  dtype_name(q.dtype()));
 #ifdef RETORT_WITH_CUDA
   require_fit(cuda::flash_attention_fits(q, D, {&q, &k, &v, &out, &dq, &dk, &dv}), q, D, "flash_attention_backward");
+  const ::retort::profile::Range range_("flash_attention_backward", q.device());
   cuda::flash_attention_backward(dout, q, k, v, out, lse, n_head, n_kv_head, dq, dk, dv);
 #else
   (void)D;

@@ -1,12 +1,15 @@
 #include "core/nn/layers.h"
 
+#include "core/nn/working_copy.h"
 #include "core/ops/ops.h"
 #include "core/util/error.h"
 
 namespace retort::nn {
 
 Tensor to_compute(const Tensor& x, DType compute_dtype) {
-  return !x.defined() || x.dtype() == compute_dtype ? x : ops::cast(x, compute_dtype);
+  if (!x.defined() || x.dtype() == compute_dtype) return x;
+  if (Tensor copy = working_copy(x, compute_dtype); copy.defined()) return copy;
+  return ops::cast(x, compute_dtype);
 }
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias) {

@@ -43,7 +43,9 @@ class Embedding : public Module {
   Tensor weight_;
 };
 
-// Casts a float32 master tensor to the compute dtype with a differentiable cast (identity for f32).
+// A float32 tensor in the compute dtype, differentiably (identity for f32). A trainable weight comes from its
+// working copy (core/nn/working_copy.h), made once per optimizer step rather than on every forward; anything
+// else is cast.
 Tensor to_compute(const Tensor& x, DType compute_dtype);
 
 }  // namespace retort::nn

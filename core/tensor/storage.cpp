@@ -1,11 +1,24 @@
 #include "core/tensor/storage.h"
 
+#include <atomic>
+
 #include "core/tensor/device_runtime.h"
 
 namespace retort {
 
-Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+namespace {
+uint64_t next_version() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+}  // namespace
+
+Storage::Storage(size_t nbytes, Device device) : version_(next_version()), nbytes_(nbytes), device_(device) {
   data_ = device_runtime::allocate(nbytes, device);
+}
+
+void Storage::bump_version() {
+  version_ = next_version();
 }
 
 Storage::~Storage() {

@@ -192,6 +192,7 @@ void Tensor::copy_(const Tensor& src) {
   RETORT_CHECK(src.shape() == shape() && src.dtype() == dtype(), "copy_ from {} into {}: shapes or dtypes differ",
                src.describe(), describe());
   copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
+  impl_->storage->bump_version();  // a cache of the old contents (a weight's working copy) is now stale
 }
 
 std::vector<double> Tensor::to_doubles() const {

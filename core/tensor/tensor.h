@@ -118,6 +118,13 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;
 };
 
+// A float32 master's low-precision copy for the forward (core/nn/working_copy.h): the cast a forward would make,
+// kept between steps. Valid while source_version equals the master storage's version().
+struct WorkingCopy {
+  Tensor value;
+  uint64_t source_version = 0;
+};
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   size_t offset_bytes = 0;
@@ -125,6 +132,7 @@ struct TensorImpl {
   DType dtype = DType::F32;
   AutogradMeta autograd;
   ShardingSpec sharding;
+  std::shared_ptr<WorkingCopy> working_copy;  // at most one, in the last compute dtype asked for
 };
 
 }  // namespace retort

@@ -1,41 +1,68 @@
 #include "optim/adamw/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/autograd/grad_mode.h"
+#include "core/nn/working_copy.h"
+#include "core/profile/op_profiler.h"
 #include "core/util/error.h"
 
 namespace retort::optim {
 
 #ifdef RETORT_WITH_CUDA
-void adamw_update_cuda(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWStep& s);
+void adamw_update_many_cuda(const std::vector<AdamWTensor>& tensors, const AdamWStep& s, Device device);
 #endif
 
-void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWStep& s) {
-  RETORT_CHECK(param.dtype() == DType::F32 && grad.dtype() == DType::F32 && param.numel() == grad.numel(),
-               "AdamW needs f32 parameters and gradients of the same size ({} vs {})", param.describe(),
-               grad.describe());
-  if (param.device().is_cuda()) {
-#ifdef RETORT_WITH_CUDA
-    adamw_update_cuda(param, grad, exp_avg, exp_avg_sq, s);
-    return;
-#else
-    throw Error("AdamW on a GPU tensor in a build without CUDA");
-#endif
-  }
-  float* p = param.data<float>();
-  const float* g = grad.data<float>();
-  float* m = exp_avg.data<float>();
-  float* v = exp_avg_sq.data<float>();
-  const int64_t n = param.numel();
-#pragma omp parallel for simd if (n > 65536)
+namespace {
+
+void adamw_update_cpu(const AdamWTensor& t, const AdamWStep& s) {
+  float* p = t.param;
+  const float* g = t.grad;
+  float* m = t.exp_avg;
+  float* v = t.exp_avg_sq;
+  BFloat16* copy = t.bf16_copy;
+  const int64_t n = t.numel;
+#pragma omp parallel for if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
     m[i] = s.beta1 * m[i] + (1.0f - s.beta1) * g[i];
     v[i] = s.beta2 * v[i] + (1.0f - s.beta2) * g[i] * g[i];
     const float m_hat = m[i] / s.bias_correction1;
     const float v_hat = v[i] / s.bias_correction2;
-    p[i] -= s.lr * (s.weight_decay * p[i] + m_hat / (std::sqrt(v_hat) + s.eps));
+    p[i] -= s.lr * (t.weight_decay * p[i] + m_hat / (std::sqrt(v_hat) + s.eps));
+    if (copy) copy[i] = BFloat16(p[i]);
   }
+}
+
+}  // namespace
+
+void adamw_update_many(const std::vector<AdamWTensor>& tensors, const AdamWStep& s, Device device) {
+  if (tensors.empty()) return;
+  if (device.is_cuda()) {
+#ifdef RETORT_WITH_CUDA
+    adamw_update_many_cuda(tensors, s, device);
+    return;
+#else
+    throw Error("AdamW on a GPU tensor in a build without CUDA");
+#endif
+  }
+  for (const AdamWTensor& t : tensors) adamw_update_cpu(t, s);
+}
+
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWStep& s) {
+  RETORT_CHECK(param.dtype() == DType::F32 && grad.dtype() == DType::F32 && param.numel() == grad.numel(),
+               "AdamW needs f32 parameters and gradients of the same size ({} vs {})", param.describe(),
+               grad.describe());
+  RETORT_CHECK(grad.device() == param.device(), "AdamW: gradient {} is not on the parameter's device ({})",
+               grad.describe(), param.describe());
+  AdamWTensor t;
+  t.param = param.data<float>();
+  t.grad = grad.data<float>();
+  t.exp_avg = exp_avg.data<float>();
+  t.exp_avg_sq = exp_avg_sq.data<float>();
+  t.numel = param.numel();
+  t.weight_decay = s.weight_decay;
+  adamw_update_many({t}, s, param.device());
 }
 
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(std::move(groups)), options_(options) {
@@ -49,7 +76,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(s
   }
 }
 
-void AdamW::step(double lr) {
+void AdamW::update(double lr) {
   NoGradGuard no_grad;
   ++step_;
   AdamWStep s{};
@@ -59,14 +86,39 @@ void AdamW::step(double lr) {
   s.eps = static_cast<float>(options_.eps);
   s.bias_correction1 = static_cast<float>(1.0 - std::pow(options_.beta1, static_cast<double>(step_)));
   s.bias_correction2 = static_cast<float>(1.0 - std::pow(options_.beta2, static_cast<double>(step_)));
+  // One table per device (in practice one): a single launch updates every parameter of the model on a GPU.
+  std::vector<std::pair<Device, std::vector<AdamWTensor>>> tables;
+  std::vector<Tensor> copies_written;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    s.weight_decay = static_cast<float>(groups_[gi].weight_decay);
     for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
       Tensor& p = groups_[gi].params[pi].second;
-      if (!p.grad().defined()) continue;
-      adamw_update(p, p.grad(), exp_avg_[gi][pi], exp_avg_sq_[gi][pi], s);
+      const Tensor& grad = p.grad();
+      if (!grad.defined()) continue;
+      RETORT_CHECK(p.dtype() == DType::F32 && grad.dtype() == DType::F32 && p.numel() == grad.numel() &&
+                       grad.device() == p.device(),
+                   "AdamW needs f32 parameters and gradients of the same size on one device ({}: {} vs {})",
+                   groups_[gi].params[pi].first, p.describe(), grad.describe());
+      AdamWTensor t;
+      t.param = p.data<float>();
+      t.grad = grad.data<float>();
+      t.exp_avg = exp_avg_[gi][pi].data<float>();
+      t.exp_avg_sq = exp_avg_sq_[gi][pi].data<float>();
+      t.numel = p.numel();
+      t.weight_decay = static_cast<float>(groups_[gi].weight_decay);
+      if (const Tensor copy = nn::working_copy_buffer(p); copy.defined()) {
+        t.bf16_copy = copy.data<BFloat16>();
+        copies_written.push_back(p);
+      }
+      auto table = std::find_if(tables.begin(), tables.end(), [&](const auto& e) { return e.first == p.device(); });
+      if (table == tables.end()) table = tables.insert(tables.end(), {p.device(), {}});
+      table->second.push_back(t);
     }
   }
+  for (const auto& [device, table] : tables) {
+    profile::Range range("adamw_multi_tensor", device);
+    adamw_update_many(table, s, device);
+  }
+  for (const Tensor& p : copies_written) nn::mark_working_copy_fresh(p);
 }
 
 OptimizerState AdamW::state() const {

@@ -16,7 +16,7 @@ struct AdamWOptions {
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
-  void step(double lr) override;
+  void update(double lr) override;
   OptimizerState state() const override;
   void load_state(const OptimizerState& state) override;
   std::string name() const override { return "adamw"; }
@@ -28,10 +28,28 @@ class AdamW : public Optimizer {
   std::vector<std::vector<Tensor>> exp_avg_, exp_avg_sq_;  // per group, per parameter
 };
 
-// One fused elementwise update of a parameter tensor (CPU or CUDA, f32 parameters and moments).
+// One tensor of a multi-tensor update: f32 parameter, gradient and moments of `numel` elements, and optionally the
+// parameter's bf16 working copy (core/nn/working_copy.h), rewritten from the updated parameter in the same pass.
+struct AdamWTensor {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  BFloat16* bf16_copy = nullptr;  // null: no working copy
+  int64_t numel = 0;
+  float weight_decay = 0.0f;
+};
+
+// The step's scalars; weight_decay is used only by the single-tensor adamw_update (the table carries its own).
 struct AdamWStep {
   float lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2;
 };
+
+// Every tensor of `tensors` (all on `device`) updated by one kernel launch on a GPU (one pass over a table of
+// pointers), by one loop per tensor on the CPU. The same arithmetic, in the same order, on both.
+void adamw_update_many(const std::vector<AdamWTensor>& tensors, const AdamWStep& s, Device device);
+
+// One tensor: checks its dtypes and sizes, then adamw_update_many of one entry (no working copy).
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWStep& s);
 
 }  // namespace retort::optim

@@ -1,14 +1,53 @@
-// AdamW's elementwise update on the GPU: one pass reading p, g, m, v and writing p, m, v.
+// AdamW on the GPU as one launch over every tensor of the model: the launch carries a table of (param, grad, m, v,
+// bf16 working copy, numel, weight decay) entries, and each block updates one fixed-size chunk of one tensor. One
+// pass reads p, g, m, v and writes p, m, v and the bf16 copy. A per-tensor launch costs ~150 launches per step
+// for GPT-2 small, most of them on tensors too small to fill the GPU.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
 #include "core/cuda/cuda_context.h"
 #include "optim/adamw/adamw.h"
 
 namespace retort::optim {
 
 namespace {
-__global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
-                             float* __restrict__ v, int64_t n, AdamWStep s) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+
+constexpr int kThreads = 256;
+constexpr int64_t kChunk = kThreads * 8;  // elements per block: 8 per thread, enough work to hide the launch of a block
+
+// Kernel parameters may take up to 32,764 bytes (CUDA 12.1+, Volta and newer): 400 entries of 56 bytes plus
+// their chunk offsets fit, so a model of up to 400 parameter tensors is one launch (larger ones take several).
+constexpr int kTableCapacity = 400;
+
+struct AdamWTable {
+  AdamWTensor tensors[kTableCapacity];
+  int64_t first_chunk[kTableCapacity];  // the chunk index where each tensor starts (a prefix sum)
+  int count;
+};
+static_assert(sizeof(AdamWTable) + sizeof(AdamWStep) <= 32764, "the AdamW table must fit the kernel parameters");
+
+// __grid_constant__: the table stays in the parameter bank and is indexed there, never copied per thread.
+__global__ void adamw_multi_tensor_kernel(const __grid_constant__ AdamWTable table, const AdamWStep s) {
+  const int64_t chunk = blockIdx.x;
+  int lo = 0, hi = table.count - 1;  // the last tensor whose first chunk is <= this block's chunk
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table.first_chunk[mid] <= chunk)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const AdamWTensor& t = table.tensors[lo];
+  const int64_t begin = (chunk - table.first_chunk[lo]) * kChunk;
+  const int64_t end = begin + kChunk < t.numel ? begin + kChunk : t.numel;
+  float* __restrict__ p = t.param;
+  const float* __restrict__ g = t.grad;
+  float* __restrict__ m = t.exp_avg;
+  float* __restrict__ v = t.exp_avg_sq;
+  __nv_bfloat16* __restrict__ copy = reinterpret_cast<__nv_bfloat16*>(t.bf16_copy);
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+    // The CPU update's arithmetic in the same order (optim/adamw/adamw.cpp), so both agree to rounding.
     const float gi = g[i];
     const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * gi;
     const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * gi * gi;
@@ -16,20 +55,33 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
     v[i] = vi;
     const float m_hat = mi / s.bias_correction1;
     const float v_hat = vi / s.bias_correction2;
-    p[i] -= s.lr * (s.weight_decay * p[i] + m_hat / (sqrtf(v_hat) + s.eps));
+    const float pi = p[i] - s.lr * (t.weight_decay * p[i] + m_hat / (sqrtf(v_hat) + s.eps));
+    p[i] = pi;
+    if (copy) copy[i] = __float2bfloat16_rn(pi);
   }
 }
+
 }  // namespace
 
-void adamw_update_cuda(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWStep& s) {
-  const int64_t n = param.numel();
-  if (n == 0) return;
-  RETORT_CUDA_CHECK(cudaSetDevice(param.device().index));
-  const int threads = 256;
-  const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65535));
-  adamw_kernel<<<blocks, threads, 0, cuda::current_stream()>>>(param.data<float>(), grad.data<float>(),
-                                                               exp_avg.data<float>(), exp_avg_sq.data<float>(), n, s);
-  RETORT_CUDA_CHECK_LAUNCH();
+void adamw_update_many_cuda(const std::vector<AdamWTensor>& tensors, const AdamWStep& s, Device device) {
+  RETORT_CUDA_CHECK(cudaSetDevice(device.index));
+  AdamWTable table;
+  size_t next = 0;
+  while (next < tensors.size()) {
+    table.count = 0;
+    int64_t chunks = 0;
+    for (; next < tensors.size() && table.count < kTableCapacity; ++next) {
+      if (tensors[next].numel == 0) continue;
+      table.tensors[table.count] = tensors[next];
+      table.first_chunk[table.count] = chunks;
+      chunks += (tensors[next].numel + kChunk - 1) / kChunk;
+      ++table.count;
+    }
+    if (table.count == 0) continue;
+    RETORT_CHECK(chunks <= 0x7fffffff, "AdamW: {} chunks exceed one launch's grid", chunks);
+    adamw_multi_tensor_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, cuda::current_stream()>>>(table, s);
+    RETORT_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace retort::optim

@@ -20,7 +20,7 @@ Rekls::Rekls(std::vector<ParamGroup> groups, ReklsOptions options) : Optimizer(s
   }
 }
 
-void Rekls::step(double lr) {
+void Rekls::update(double lr) {
   NoGradGuard no_grad;
   ++step_;
   eigh_calls_last_step_ = 0;

@@ -14,7 +14,7 @@ class Rekls : public Optimizer {
  public:
   // Every parameter must be 2-D. A group's weight_decay overrides options.weight_decay.
   Rekls(std::vector<ParamGroup> groups, ReklsOptions options);
-  void step(double lr) override;
+  void update(double lr) override;
   OptimizerState state() const override;
   void load_state(const OptimizerState& state) override;
   std::string name() const override { return "rekls"; }

@@ -178,7 +178,7 @@ void TpRekls::decompose_and_share(const std::vector<Tensor>& factors, const std:
   }
 }
 
-void TpRekls::step(double lr) {
+void TpRekls::update(double lr) {
   NoGradGuard no_grad;
   ++step_;
   eigh_calls_last_step_ = 0;

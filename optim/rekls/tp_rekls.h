@@ -30,7 +30,7 @@ class TpRekls : public Optimizer {
   // group: the tensor-parallel group every sharded parameter is split over (null: one rank). Every parameter
   // must be 2-D f32, sharded over `group` or replicated; its full sizes must divide by the group size.
   TpRekls(std::vector<ParamGroup> groups, ReklsOptions options, std::shared_ptr<Communicator> group);
-  void step(double lr) override;
+  void update(double lr) override;
   OptimizerState state() const override;
   void load_state(const OptimizerState& state) override;
   std::string name() const override { return "tp_rekls"; }

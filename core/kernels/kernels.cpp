@@ -282,6 +282,18 @@ void check_residual_pair(const Tensor& x, const Tensor& r, const Tensor& sum, co
   floating(x, op);
 }
 
+// The norm's weight (and bias) in x's dtype, or f32 / bf16 beside bf16 / f32 activations (both backends compute
+// those in float32); an f64 stream needs f64 weights.
+void check_norm_weights(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
+  const auto compatible = [&](const Tensor& w) {
+    if (!w.defined() || w.dtype() == x.dtype()) return true;
+    const auto float32_class = [](DType d) { return d == DType::F32 || d == DType::BF16; };
+    return float32_class(w.dtype()) && float32_class(x.dtype());
+  };
+  RETORT_CHECK(compatible(weight) && compatible(bias), "{}: weight {} does not fit activations {}", op,
+               weight.describe(), x.describe());
+}
+
 void check_residual_grads(const Tensor& dy, const Tensor& dsum, const Tensor& sum, const Tensor& dx, const char* op) {
   same_shape(dy, sum, op);
   same_shape(dx, sum, op);
@@ -299,6 +311,7 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& r, const Tensor& weig
   check_residual_pair(x, r, sum, y, "add_layer_norm");
   RETORT_CHECK(weight.numel() == x.size(-1) && (!bias.defined() || bias.numel() == x.size(-1)),
                "add_layer_norm: weight {} / bias do not match the last dim of {}", weight.describe(), x.describe());
+  check_norm_weights(x, weight, bias, "add_layer_norm");
   row_stats(mean, x, "add_layer_norm");
   row_stats(rstd, x, "add_layer_norm");
   RETORT_DISPATCH(x.device(), add_layer_norm_forward, x, r, weight, bias, eps, sum, y, mean, rstd);
@@ -308,6 +321,8 @@ void add_layer_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor&
                              const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
   same_device({&dy, &dsum, &sum, &weight, &mean, &rstd, &dx, &dweight, &dbias}, "add_layer_norm_backward");
   check_residual_grads(dy, dsum, sum, dx, "add_layer_norm_backward");
+  check_norm_weights(sum, weight, dbias, "add_layer_norm_backward");
+  check_norm_weights(sum, dweight, Tensor(), "add_layer_norm_backward");
   RETORT_DISPATCH(sum.device(), add_layer_norm_backward, dy, dsum, sum, weight, mean, rstd, dx, dweight, dbias);
 }
 
@@ -317,6 +332,7 @@ void add_rms_norm_forward(const Tensor& x, const Tensor& r, const Tensor& weight
   check_residual_pair(x, r, sum, y, "add_rms_norm");
   RETORT_CHECK(weight.numel() == x.size(-1), "add_rms_norm: weight {} does not match the last dim of {}",
                weight.describe(), x.describe());
+  check_norm_weights(x, weight, Tensor(), "add_rms_norm");
   row_stats(rstd, x, "add_rms_norm");
   RETORT_DISPATCH(x.device(), add_rms_norm_forward, x, r, weight, eps, sum, y, rstd);
 }
@@ -325,6 +341,7 @@ void add_rms_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& s
                            const Tensor& rstd, Tensor& dx, Tensor& dweight) {
   same_device({&dy, &dsum, &sum, &weight, &rstd, &dx, &dweight}, "add_rms_norm_backward");
   check_residual_grads(dy, dsum, sum, dx, "add_rms_norm_backward");
+  check_norm_weights(sum, weight, dweight, "add_rms_norm_backward");
   RETORT_DISPATCH(sum.device(), add_rms_norm_backward, dy, dsum, sum, weight, rstd, dx, dweight);
 }
 

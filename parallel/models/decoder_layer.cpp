@@ -37,6 +37,7 @@ ops::ResidualNorm added_norm_in_f32(const nn::Norm& norm, const Tensor& x, const
     const Tensor sum = ops::add(x, r);
     return {sum, norm_in_f32(norm, sum)};
   }
+  if (x.dtype() != DType::BF16) return norm.forward_added(x, r);
   return ops::add_rms_norm(x, r, nn::to_compute(norm.weight(), DType::F32), norm.eps());
 }
 

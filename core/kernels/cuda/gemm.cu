@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "core/kernels/backends.h"
 
@@ -157,12 +158,13 @@ AlgoCache& algo_cache() {
   return cache;
 }
 
-// 16 when every pointer the product touches is 16-byte aligned, else 0 (a different heuristic answer).
-int alignment_class(const LtProblem& p) {
-  for (const void* ptr : {p.a, p.b, static_cast<const void*>(p.d), static_cast<const void*>(p.bias),
-                          static_cast<const void*>(p.aux)})
-    if (ptr && !aligned16(ptr)) return 0;
-  return 16;
+// The largest power of two up to 16 that divides the address: the alignment the heuristic is told to assume
+// (its default, 256 bytes, would admit kernels that a view's offset breaks).
+uint32_t alignment_of(const void* ptr) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  uint32_t alignment = 16;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
 }
 
 // Runs the product on the current device's stream; false (nothing written) when cuBLASLt has no kernel for it.
@@ -185,9 +187,10 @@ bool lt_matmul(const LtProblem& p) {
   void* workspace = rc::cublas_workspace(&workspace_bytes);
   cublasLtHandle_t handle = rc::cublaslt_handle();
 
+  const uint32_t align_a = alignment_of(p.a), align_b = alignment_of(p.b), align_d = alignment_of(p.d);
   const AlgoKey key{rc::current_device(), static_cast<int>(p.type), static_cast<int>(p.epilogue), p.m, p.n, p.k,
-                    static_cast<int>(p.trans_a) * 2 + static_cast<int>(p.trans_b), alignment_class(p),
-                    static_cast<int>(p.lda % 8 == 0 && p.ldb % 8 == 0)};
+                    static_cast<int>(p.trans_a) * 2 + static_cast<int>(p.trans_b), static_cast<int>(p.lda % 8),
+                    static_cast<int>(p.ldb % 8 + 8 * (align_a + 32 * (align_b + 32 * align_d)))};
   CachedAlgo algo;
   bool cached = false;
   {
@@ -205,6 +208,13 @@ bool lt_matmul(const LtProblem& p) {
     const uint64_t max_workspace = workspace_bytes;
     RETORT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                              &max_workspace, sizeof(max_workspace)));
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}};
+    for (const auto& [attribute, bytes] : alignments)
+      RETORT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, attribute, &bytes, sizeof(bytes)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, desc.d, desc.d,

@@ -149,7 +149,9 @@ void check_norm_against_float64(bool rms, int64_t rows, int64_t cols, DType dtyp
   for (double& v : dw) v += prior;
   for (double& v : db) v += prior;
   EXPECT_LT(scaled_error(got.dw.to_doubles(), dw), tol) << "dweight (accumulated)";
-  if (!rms) EXPECT_LT(scaled_error(got.db.to_doubles(), db), tol) << "dbias (accumulated)";
+  if (!rms) {
+    EXPECT_LT(scaled_error(got.db.to_doubles(), db), tol) << "dbias (accumulated)";
+  }
 }
 
 TEST(FusedResidualNorm, LayerNormMatchesFloat64Math) {
@@ -203,7 +205,9 @@ TEST(FusedResidualNormCuda, MatchesTheCpu) {
             EXPECT_LT(relative_error(side[1].y.to(Device::cpu()), side[0].y), bound) << "normed";
             EXPECT_LT(relative_error(side[1].dx.to(Device::cpu()), side[0].dx), bound) << "dx";
             EXPECT_LT(relative_error(side[1].dw.to(Device::cpu()), side[0].dw), bound) << "dweight";
-            if (!rms) EXPECT_LT(relative_error(side[1].db.to(Device::cpu()), side[0].db), bound) << "dbias";
+            if (!rms) {
+              EXPECT_LT(relative_error(side[1].db.to(Device::cpu()), side[0].db), bound) << "dbias";
+            }
           }
 }
 
@@ -256,9 +260,13 @@ TEST(FusedLinear, MatchesFloat64Math) {
           }
         const double tol = tolerance(dtype);
         EXPECT_LT(scaled_error(got.out.to_doubles(), out), tol) << "out";
-        if (gelu) EXPECT_LT(scaled_error(got.pre.to_doubles(), pre), tol) << "pre-activation";
+        if (gelu) {
+          EXPECT_LT(scaled_error(got.pre.to_doubles(), pre), tol) << "pre-activation";
+        }
         EXPECT_LT(scaled_error(got.dw.to_doubles(), dw), tol) << "dweight";
-        if (with_bias) EXPECT_LT(scaled_error(got.db.to_doubles(), db), tol) << "dbias";
+        if (with_bias) {
+          EXPECT_LT(scaled_error(got.db.to_doubles(), db), tol) << "dbias";
+        }
       }
 }
 
@@ -284,7 +292,9 @@ TEST(FusedLinearCuda, MatchesTheCpu) {
         }
         const double bound = dtype == DType::F32 ? 2e-5 : 1e-2;
         EXPECT_LT(relative_error(side[1].out.to(Device::cpu()), side[0].out), bound) << "out";
-        if (gelu) EXPECT_LT(relative_error(side[1].pre.to(Device::cpu()), side[0].pre), bound) << "pre-activation";
+        if (gelu) {
+          EXPECT_LT(relative_error(side[1].pre.to(Device::cpu()), side[0].pre), bound) << "pre-activation";
+        }
         EXPECT_LT(relative_error(side[1].dw.to(Device::cpu()), side[0].dw), bound) << "dweight";
         EXPECT_LT(relative_error(side[1].db.to(Device::cpu()), side[0].db), bound) << "dbias";
       }

@@ -45,21 +45,21 @@ Tensor ids_on(Device device) {
   return Tensor::from_ints(ids, {2, 8}, device);
 }
 
-struct Run {
+struct ModelRun {
   Tensor logits;
   std::map<std::string, Tensor> grads;
 };
 
 // Forward and backward of sum(logits * R) for a fixed R, with the fused kernels on or off (the switch is
 // process-wide: thread ranks set it around all of them, `fused` is then left unset).
-Run run_model(const GptConfig& config, DType dtype, Device device, std::optional<bool> fused,
+ModelRun run_model(const GptConfig& config, DType dtype, Device device, std::optional<bool> fused,
               const std::shared_ptr<Communicator>& group = nullptr) {
   std::optional<ops::FusedKernelsScope> scope;
   if (fused) scope.emplace(*fused);
   GptModel model(config, group);
   model.initialize(11);
   if (device.is_cuda()) model.to(device);
-  Run run;
+  ModelRun run;
   Tensor logits = model.forward(ids_on(device), dtype);
   std::vector<double> r(static_cast<size_t>(logits.numel()));
   for (size_t i = 0; i < r.size(); ++i) r[i] = std::sin(0.37 * static_cast<double>(i));
@@ -70,7 +70,7 @@ Run run_model(const GptConfig& config, DType dtype, Device device, std::optional
   return run;
 }
 
-void expect_same_within(const Run& fused, const Run& plain, double bound) {
+void expect_same_within(const ModelRun& fused, const ModelRun& plain, double bound) {
   EXPECT_LT(relative_error(fused.logits, plain.logits), bound) << "logits";
   ASSERT_EQ(fused.grads.size(), plain.grads.size());
   for (const auto& [name, g] : plain.grads) {
@@ -105,7 +105,7 @@ TEST(FusedKernelsModel, TensorParallelRanksMatchTheirUnfusedRuns) {
   for (const ModelCase& m : {kModels[0], kModels[2]}) {
     SCOPED_TRACE(m.family);
     const GptConfig config = small_config(m.family, m.norm);
-    Run runs[2][2];  // [fused][rank]
+    ModelRun runs[2][2];  // [fused][rank]
     for (int fused = 0; fused < 2; ++fused) {
       ops::FusedKernelsScope scope(fused == 1);
       run_ranks(2, [&](std::shared_ptr<Communicator> group) {
@@ -122,7 +122,7 @@ TEST(FusedKernelsModel, SameLogitsAndGradientsAsSeparateKernelsOnGpu) {
     for (DType dtype : {DType::F32, DType::BF16}) {
       SCOPED_TRACE(m.family + " " + m.norm + " " + std::string(dtype_name(dtype)));
       const GptConfig config = small_config(m.family, m.norm);
-      const Run fused = run_model(config, dtype, Device::cuda(0), true);
+      const ModelRun fused = run_model(config, dtype, Device::cuda(0), true);
       expect_same_within(fused, run_model(config, dtype, Device::cuda(0), false), bound_for(dtype));
       // And the GPU's fused run against the CPU's (the CPU composes the same math from separate kernels).
       expect_same_within(fused, run_model(config, dtype, Device::cpu(), false), dtype == DType::F32 ? 1e-4 : 3e-2);

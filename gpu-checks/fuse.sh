@@ -4,7 +4,8 @@
 #   gpu-checks/fuse.sh BUILD_DIR        (repository root as the working directory; about 2 minutes on an H100)
 # 1. the CUDA tests of the new kernels and ops (kernel tests against the CPU, the op table's GPU rows for them and
 #    for linear / the norms), and the model tests (GPU fused vs unfused vs CPU, GPT and Llama on the GPU);
-# 2. bench_train_throughput, GPT-2 small bf16, batch 16 x 1024, with the fused kernels on and off
+# 2. retort_op_timing for linear, linear_gelu and the norms (fused on and off);
+# 3. bench_train_throughput, GPT-2 small bf16, batch 16 x 1024, with the fused kernels on and off
 #    (RETORT_FUSED_KERNELS=0) in the same binary, one JSON line each, then the ratio.
 set -uo pipefail
 build=${1:?build dir}
@@ -24,6 +25,15 @@ run_tests() {  # binary, filter
 run_tests retort_core_tests \
   'FusedResidualNorm*:FusedLinear*:Ops/OpCudaVsCpu.*/linear*:Ops/OpCudaVsCpu.*/add_*:Ops/OpCudaVsCpu.*/layer_norm:Ops/OpCudaVsCpu.*/rms_norm:Ops/OpGradcheck.*/linear_gelu:Ops/OpGradcheck.*/add_*'
 run_tests retort_parallel_tests 'FusedKernelsModel.*:GptCuda.*:TpGptNccl.*'
+
+# Per-op times at GPT-2 small's shapes (bf16): the fused ops against the same ops with the fused kernels off.
+for fused in 1 0; do
+  echo "retort_op_timing, RETORT_FUSED_KERNELS=$fused"
+  for filter in linear norm; do
+    RETORT_FUSED_KERNELS=$fused timeout 60 "$build/tests/retort_op_timing" --device cuda --runs 10 --filter "$filter" \
+      | grep -v "^core op timing\|^op " || status=1
+  done
+done
 
 bench=(--device cuda --dtype bf16 --batch 16 --seq 1024 --vocab 50257 --layers 12 --heads 12 --embd 768
        --warmup 3 --steps 10)

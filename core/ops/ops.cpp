@@ -234,7 +234,10 @@ void linear_parameter_grads(const Tensor& g2, const Tensor& x2, const Tensor& we
   const bool want_w = weight.requires_grad(), want_b = bias.defined() && bias.requires_grad();
   if (want_w) gw = empty_like(weight);
   if (want_b) gb = empty_like(bias);
-  if (want_w && fused_kernels_enabled()) {
+  // One product for both where the dtypes allow (the epilogue writes the bias gradient in the product's dtype).
+  const bool one_dtype =
+      x2.dtype() == g2.dtype() && weight.dtype() == g2.dtype() && (!want_b || bias.dtype() == g2.dtype());
+  if (want_w && one_dtype && fused_kernels_enabled()) {
     kernels::linear_weight_grad(g2, x2, gw, gb);
     return;
   }
@@ -282,18 +285,18 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor x2 = x.view({-1, in});
   Tensor out2 = out.view({-1, out_features});
   kernels::linear_forward(x2, weight, bias, out2, pre);
-  return autograd::record(
-      out, "linear_gelu", {x, weight, bias}, [x2, weight, bias, pre, x_shape = x.shape()](const Tensor& g) {
-        Tensor g2 = g.view({-1, weight.size(0)});
-        // The gradient at the GELU input, then the linear layer's three gradients from it.
-        Tensor dpre = empty_like(pre);
-        kernels::gelu_backward(pre, g2, dpre);
-        Tensor gx = Tensor::empty(x2.shape(), x2.dtype(), x2.device());
-        kernels::gemm(dpre, weight, gx, false, false, 1.0f, 0.0f);
-        Tensor gw, gb;
-        linear_parameter_grads(dpre, x2, weight, bias, gw, gb);
-        return std::vector<Tensor>{gx.view(x_shape), gw, gb};
-      });
+  return autograd::record(out, "linear_gelu", {x, weight, bias},
+                          [x2, weight, bias, pre, x_shape = x.shape()](const Tensor& g) {
+                            Tensor g2 = g.view({-1, weight.size(0)});
+                            // The gradient at the GELU input, then the linear layer's three gradients from it.
+                            Tensor dpre = empty_like(pre);
+                            kernels::gelu_backward(pre, g2, dpre);
+                            Tensor gx = Tensor::empty(x2.shape(), x2.dtype(), x2.device());
+                            kernels::gemm(dpre, weight, gx, false, false, 1.0f, 0.0f);
+                            Tensor gw, gb;
+                            linear_parameter_grads(dpre, x2, weight, bias, gw, gb);
+                            return std::vector<Tensor>{gx.view(x_shape), gw, gb};
+                          });
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {

@@ -133,9 +133,8 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& positions, const Ten
 
 ResidualStream DecoderLayer::forward_stream(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,
                                             DType compute_dtype) const {
-  const ops::ResidualNorm first = in.pending.defined()
-                                      ? added_norm_in_f32(*input_layernorm_, in.x, in.pending)
-                                      : ops::ResidualNorm{in.x, norm_in_f32(*input_layernorm_, in.x)};
+  const ops::ResidualNorm first = in.pending.defined() ? added_norm_in_f32(*input_layernorm_, in.x, in.pending)
+                                                       : ops::ResidualNorm{in.x, norm_in_f32(*input_layernorm_, in.x)};
   const Projected p = project(first.normed, positions, inv_freq, compute_dtype);
   const Tensor attn =
       ops::causal_attention(p.q, p.k, p.v, static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));

@@ -188,8 +188,14 @@ bool lt_matmul(const LtProblem& p) {
   cublasLtHandle_t handle = rc::cublaslt_handle();
 
   const uint32_t align_a = alignment_of(p.a), align_b = alignment_of(p.b), align_d = alignment_of(p.d);
-  const AlgoKey key{rc::current_device(), static_cast<int>(p.type), static_cast<int>(p.epilogue), p.m, p.n, p.k,
-                    static_cast<int>(p.trans_a) * 2 + static_cast<int>(p.trans_b), static_cast<int>(p.lda % 8),
+  const AlgoKey key{rc::current_device(),
+                    static_cast<int>(p.type),
+                    static_cast<int>(p.epilogue),
+                    p.m,
+                    p.n,
+                    p.k,
+                    static_cast<int>(p.trans_a) * 2 + static_cast<int>(p.trans_b),
+                    static_cast<int>(p.lda % 8),
                     static_cast<int>(p.ldb % 8 + 8 * (align_a + 32 * (align_b + 32 * align_d)))};
   CachedAlgo algo;
   bool cached = false;
@@ -255,8 +261,7 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, T
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
   if (M == 0 || N == 0) return;
   const bool gelu = pre_gelu.defined();
-  if (K > 0 && bias.defined() && epilogue_layout_ok(bias, N, gelu) &&
-      (!gelu || aligned16(pre_gelu.raw_data()))) {
+  if (K > 0 && bias.defined() && epilogue_layout_ok(bias, N, gelu) && (!gelu || aligned16(pre_gelu.raw_data()))) {
     // Row-major out [M, N] is column-major D [N, M] = W (stored [K, N] column-major, transposed) x^T.
     const LtProblem p{CUBLAS_OP_T,
                       CUBLAS_OP_N,

@@ -239,9 +239,10 @@ void norm_forward(const Tensor& x, const Tensor& residual, Tensor& sum, const Te
   check(!fused || (residual.dtype() == x.dtype() && sum.dtype() == x.dtype()),
         "{} (CUDA): residual {} and sum {} must have the dtype of x {}", op, residual.describe(), sum.describe(),
         x.describe());
-  const bool vec = rows_vectorizable(x.raw_data(), cols) && rows_vectorizable(y.raw_data(), cols) &&
-                   aligned16(weight.raw_data()) && (!bias.defined() || aligned16(bias.raw_data())) &&
-                   (!fused || (rows_vectorizable(residual.raw_data(), cols) && rows_vectorizable(sum.raw_data(), cols)));
+  const bool vec =
+      rows_vectorizable(x.raw_data(), cols) && rows_vectorizable(y.raw_data(), cols) && aligned16(weight.raw_data()) &&
+      (!bias.defined() || aligned16(bias.raw_data())) &&
+      (!fused || (rows_vectorizable(residual.raw_data(), cols) && rows_vectorizable(sum.raw_data(), cols)));
   dispatch_float(x.dtype(), op, [&](auto tx) {
     dispatch_float(weight.dtype(), op, [&](auto tw) {
       using T = typename decltype(tx)::type;

@@ -139,9 +139,9 @@ void check_norm_against_float64(bool rms, int64_t rows, int64_t cols, DType dtyp
   const std::vector<double> stored_sum = stored(exact_sum, shape, dtype).to_doubles();
   EXPECT_EQ(got.sum.to_doubles(), stored_sum) << "the stream is x + r rounded once";
 
-  const NormReference ref = norm_reference(rms, stored_sum, w.to_doubles(), rms ? std::vector<double>{} : b.to_doubles(),
-                                           dy.to_doubles(), with_dsum ? dsum.to_doubles() : std::vector<double>{},
-                                           rows, cols, eps);
+  const NormReference ref =
+      norm_reference(rms, stored_sum, w.to_doubles(), rms ? std::vector<double>{} : b.to_doubles(), dy.to_doubles(),
+                     with_dsum ? dsum.to_doubles() : std::vector<double>{}, rows, cols, eps);
   const double tol = tolerance(dtype);
   EXPECT_LT(scaled_error(got.y.to_doubles(), ref.y), tol) << "normed";
   EXPECT_LT(scaled_error(got.dx.to_doubles(), ref.dx), tol) << "dx";
@@ -186,19 +186,17 @@ TEST(FusedResidualNormCuda, MatchesTheCpu) {
                                      dtype_name(dtype), dtype_name(wtype), with_dsum));
             const Shape shape{rows, cols};
             const int64_t n = rows * cols;
-            std::vector<Tensor> in = {stored(normal_values(n, 11, 2.0), shape, dtype),
-                                      stored(normal_values(n, 12), shape, dtype),
-                                      stored(normal_values(cols, 13, 0.3), {cols}, wtype),
-                                      stored(normal_values(cols, 14), {cols}, wtype),
-                                      stored(normal_values(n, 15), shape, dtype),
-                                      stored(normal_values(n, 16), shape, dtype)};
+            std::vector<Tensor> in = {
+                stored(normal_values(n, 11, 2.0), shape, dtype),     stored(normal_values(n, 12), shape, dtype),
+                stored(normal_values(cols, 13, 0.3), {cols}, wtype), stored(normal_values(cols, 14), {cols}, wtype),
+                stored(normal_values(n, 15), shape, dtype),          stored(normal_values(n, 16), shape, dtype)};
             NormRun side[2];
             for (int s = 0; s < 2; ++s) {
               const Device device = s == 0 ? Device::cpu() : Device::cuda(0);
               std::vector<Tensor> d;
               for (const Tensor& t : in) d.push_back(t.to(device));
-              side[s] = run_fused_norm(rms, d[0], d[1], d[2], rms ? Tensor() : d[3], d[4],
-                                       with_dsum ? d[5] : Tensor(), 0.25, 1e-5f);
+              side[s] = run_fused_norm(rms, d[0], d[1], d[2], rms ? Tensor() : d[3], d[4], with_dsum ? d[5] : Tensor(),
+                                       0.25, 1e-5f);
             }
             const double bound = dtype == DType::F32 && wtype == DType::F32 ? 2e-5 : 1e-2;
             EXPECT_EQ(side[1].sum.to(Device::cpu()).to_doubles(), side[0].sum.to_doubles()) << "sum";

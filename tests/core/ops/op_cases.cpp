@@ -321,9 +321,7 @@ std::vector<OpCase> build_table() {
                     if (d[4]) in.push_back(weight("bias", {d[3]}, uniform(-1, 1)));
                     return in;
                   },
-                  [](const auto& in, const Dims& d) {
-                    return ops::linear_gelu(in[0], in[1], d[4] ? in[2] : Tensor());
-                  })
+                  [](const auto& in, const Dims& d) { return ops::linear_gelu(in[0], in[1], d[4] ? in[2] : Tensor()); })
                   .gradcheck_at({{2, 3, 4, 5, 1}, {0, 3, 4, 2, 0}})
                   .compare_at({{0, 37, 64, 128, 1}, {2, 33, 64, 96, 1}, {0, 37, 1023, 65, 1}, {0, 64, 128, 256, 0}})
                   .time_at({{0, 8192, 768, 3072, 1}})
@@ -371,8 +369,7 @@ std::vector<OpCase> build_table() {
     return both ? ops::add(o.sum, ops::scale(o.normed, 1.5)) : o.normed;
   };
   t.push_back(OpCase(
-                  "add_layer_norm",
-                  [residual_inputs](const Dims& d) { return residual_inputs(d, d[2] != 0); },
+                  "add_layer_norm", [residual_inputs](const Dims& d) { return residual_inputs(d, d[2] != 0); },
                   [read_outputs](const auto& in, const Dims& d) {
                     return read_outputs(ops::add_layer_norm(in[0], in[1], in[2], d[2] ? in[3] : Tensor()), d[3] != 0);
                   })
@@ -382,14 +379,13 @@ std::vector<OpCase> build_table() {
                   .time_at({{8192, 768, 1, 1}})
                   .stored_as({{DType::F32, DType::F32}, {DType::BF16, DType::BF16}, {DType::BF16, DType::F32}}));
   t.push_back(OpCase(
-                  "add_rms_norm",
-                  [residual_inputs](const Dims& d) { return residual_inputs(d, false); },
+                  "add_rms_norm", [residual_inputs](const Dims& d) { return residual_inputs(d, false); },
                   [read_outputs](const auto& in, const Dims& d) {
                     return read_outputs(ops::add_rms_norm(in[0], in[1], in[2]), d[2] != 0);
                   })
                   .gradcheck_at({{4, 7, 1}, {3, 5, 0}})
-                  .compare_at(concat_dims({with_flag({kNormShapes.begin() + 1, kNormShapes.end()}, {1}),
-                                           {{37, 7, 0}, {300, 768, 0}}}))
+                  .compare_at(concat_dims(
+                      {with_flag({kNormShapes.begin() + 1, kNormShapes.end()}, {1}), {{37, 7, 0}, {300, 768, 0}}}))
                   .time_at({{8192, 768, 1}})
                   .stored_as({{DType::F32, DType::F32}, {DType::BF16, DType::BF16}, {DType::BF16, DType::F32}}));
   // dims: rows, cols, the row that is all -inf (-1: none; the CPU gives zeros for it, not NaN).

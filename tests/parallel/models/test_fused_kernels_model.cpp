@@ -12,9 +12,9 @@
 #include "core/ops/fusion.h"
 #include "core/ops/ops.h"
 #include "core/tensor/device.h"
+#include "parallel/comm/thread_ranks.h"
 #include "parallel/models/gpt_model.h"
 #include "tests/core/relative_error.h"
-#include "parallel/comm/thread_ranks.h"
 
 namespace retort {
 namespace {
@@ -53,7 +53,7 @@ struct ModelRun {
 // Forward and backward of sum(logits * R) for a fixed R, with the fused kernels on or off (the switch is
 // process-wide: thread ranks set it around all of them, `fused` is then left unset).
 ModelRun run_model(const GptConfig& config, DType dtype, Device device, std::optional<bool> fused,
-              const std::shared_ptr<Communicator>& group = nullptr) {
+                   const std::shared_ptr<Communicator>& group = nullptr) {
   std::optional<ops::FusedKernelsScope> scope;
   if (fused) scope.emplace(*fused);
   GptModel model(config, group);

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/kernels/backends.h"
+#include "core/kernels/cuda/epilogue_notice.h"
 
 namespace retort::kernels::cuda {
 namespace detail {
@@ -167,8 +168,33 @@ uint32_t alignment_of(const void* ptr) {
   return alignment;
 }
 
-// Runs the product on the current device's stream; false (nothing written) when cuBLASLt has no kernel for it.
+const char* epilogue_name(cublasLtEpilogue_t epilogue) {
+  switch (epilogue) {
+    case CUBLASLT_EPILOGUE_BIAS:
+      return "the bias epilogue";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+      return "the bias + GELU epilogue";
+    case CUBLASLT_EPILOGUE_BGRADB:
+      return "the bias-gradient epilogue";
+    default:
+      return "an epilogue";
+  }
+}
+
+bool run_lt_matmul(const LtProblem& p);
+
+// Runs the product on the current device's stream; false (nothing written) when cuBLASLt has no kernel for it,
+// which is noted once per shape.
 bool lt_matmul(const LtProblem& p) {
+  if (run_lt_matmul(p)) return true;
+  note_epilogue_fallback(fmt::vformat(
+      "{} of a {} product, column-major [{} x {}] = op(A) op(B) with k = {} (trans {}{})",
+      fmt::make_format_args(epilogue_name(p.epilogue), p.type == CUDA_R_16BF ? "bf16" : "f32", p.m, p.n, p.k,
+                            p.trans_a == CUBLAS_OP_T ? "T" : "N", p.trans_b == CUBLAS_OP_T ? "T" : "N")));
+  return false;
+}
+
+bool run_lt_matmul(const LtProblem& p) {
   LtDescriptors desc;
   RETORT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_attribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(p.trans_a));
@@ -225,8 +251,8 @@ bool lt_matmul(const LtProblem& p) {
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, desc.d, desc.d,
                                                                  desc.preference, 1, &result, &found);
-    // NOT_SUPPORTED (or no result) means this epilogue, dtype and layout have no kernel: the caller falls back.
-    if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) RETORT_CUBLAS_CHECK(status);
+    // A failed query (NOT_SUPPORTED, or INVALID_VALUE for a combination this cuBLASLt version rejects) or no result
+    // means no kernel for this epilogue, dtype and layout: the caller computes the same in separate kernels.
     if (status == CUBLAS_STATUS_SUCCESS && found > 0) algo = {true, result.algo};
     AlgoCache& cache = algo_cache();
     std::lock_guard lock(cache.mutex);
@@ -237,7 +263,7 @@ bool lt_matmul(const LtProblem& p) {
   const cublasStatus_t status =
       cublasLtMatmul(handle, desc.op, &alpha, p.a, desc.a, p.b, desc.b, &beta, p.d, desc.d, p.d, desc.d, &algo.algo,
                      workspace, workspace_bytes, rc::current_stream());
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
     AlgoCache& cache = algo_cache();
     std::lock_guard lock(cache.mutex);
     cache.algos[key] = CachedAlgo{};

@@ -5,9 +5,9 @@
 # 1. the CUDA tests of the new kernels and ops (kernel tests against the CPU, the op table's GPU rows for them and
 #    for linear / the norms), and the model tests (GPU fused vs unfused vs CPU, GPT and Llama on the GPU);
 # 2. retort_op_timing for linear, linear_gelu and the norms (fused on and off);
-# 3. bench_train_throughput, GPT-2 small bf16, batch 16 x 1024, with the fused kernels on and off (a warning on
-#    stderr names any product whose cuBLASLt epilogue fell back to separate kernels)
-#    (RETORT_FUSED_KERNELS=0) in the same binary, one JSON line each, then the ratio.
+# 3. bench_train_throughput, GPT-2 small bf16, batch 16 x 1024, with the fused kernels on and off
+#    (RETORT_FUSED_KERNELS=0) in the same binary, one JSON line each, then the ratio. A warning on stderr names any
+#    product whose cuBLASLt epilogue fell back to separate kernels.
 set -uo pipefail
 build=${1:?build dir}
 status=0

@@ -40,6 +40,22 @@ Tensor record(Tensor output, std::string_view name, std::vector<Tensor> inputs, 
   return output;
 }
 
+Tensor record_folding(Tensor output, std::string_view name, std::vector<Tensor> inputs, int fold_input,
+                      FoldingBackwardFn backward) {
+  RETORT_CHECK(fold_input >= 0 && fold_input < static_cast<int>(inputs.size()),
+               "record_folding('{}'): input {} to fold into does not exist ({} inputs)", name, fold_input,
+               inputs.size());
+  if (!needs_grad(inputs)) return output;
+  auto node = std::make_shared<Node>();
+  node->name = std::string(name);
+  node->inputs = std::move(inputs);
+  node->folding_backward = std::move(backward);
+  node->fold_input = fold_input;
+  output.set_requires_grad(true);
+  output.set_grad_fn(std::move(node));
+  return output;
+}
+
 namespace {
 
 // Reverse topological order of the tensors reachable from root through grad_fn edges (iterative DFS:
@@ -105,7 +121,19 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
     std::vector<Tensor> input_grads;
     {
       profile::Range range(node->name.c_str(), grad.device(), /*is_node=*/true);
-      input_grads = node->backward(grad);
+      if (node->fold_input >= 0) {
+        // Hand over what the folded input has gathered so far; the node returns it added to its own part.
+        const Tensor& target = node->inputs[static_cast<size_t>(node->fold_input)];
+        Tensor gathered;
+        auto slot = target.requires_grad() ? pending.find(target.impl()) : pending.end();
+        if (slot != pending.end() && slot->second.shape() == target.shape() && slot->second.dtype() == target.dtype()) {
+          gathered = std::move(slot->second);
+          pending.erase(slot);
+        }
+        input_grads = node->folding_backward(grad, gathered);
+      } else {
+        input_grads = node->backward(grad);
+      }
     }
     RETORT_CHECK(input_grads.size() == node->inputs.size(), "backward of '{}' returned {} gradients for {} inputs",
                  node->name, input_grads.size(), node->inputs.size());

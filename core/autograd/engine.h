@@ -12,6 +12,13 @@ namespace retort::autograd {
 // a reference cycle); it may capture inputs and any saved tensors.
 Tensor record(Tensor output, std::string_view name, std::vector<Tensor> inputs, BackwardFn backward);
 
+// The same for an op whose backward folds the gradient gathered so far for inputs[fold_input] into its own
+// result for that input (FoldingBackwardFn in node.h). The tape hands the gathered gradient over only when it
+// has the input's shape and dtype; gradients that arrive later are added as usual, so the result is the same
+// in any order.
+Tensor record_folding(Tensor output, std::string_view name, std::vector<Tensor> inputs, int fold_input,
+                      FoldingBackwardFn backward);
+
 // True when an op over `inputs` will be recorded.
 bool needs_grad(const std::vector<Tensor>& inputs);
 

@@ -212,6 +212,37 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_
   RETORT_DISPATCH(c.device(), gemm, a, b, c, trans_a, trans_b, alpha, beta);
 }
 
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, Tensor& pre_gelu) {
+  same_device({&x, &weight, &bias, &out, &pre_gelu}, "linear_forward");
+  RETORT_CHECK(x.ndim() == 2 && weight.ndim() == 2 && x.size(1) == weight.size(1),
+               "linear_forward: x {} must be [M, K] and weight {} [N, K]", x.describe(), weight.describe());
+  const Shape out_shape{x.size(0), weight.size(0)};
+  RETORT_CHECK(out.shape() == out_shape && (!pre_gelu.defined() || pre_gelu.shape() == out_shape),
+               "linear_forward: out {} (and pre_gelu) must be [{}, {}]", out.describe(), out_shape[0], out_shape[1]);
+  RETORT_CHECK(!bias.defined() || bias.numel() == weight.size(0), "linear_forward: bias {} does not match weight {}",
+               bias.describe(), weight.describe());
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&weight, &bias, &out, &pre_gelu})
+    RETORT_CHECK(!t->defined() || t->dtype() == x.dtype(), "linear_forward: {} is not in x's dtype ({})", t->describe(),
+                 dtype_name(x.dtype()));
+  floating(x, "linear_forward");
+  RETORT_DISPATCH(x.device(), linear_forward, x, weight, bias, out, pre_gelu);
+}
+
+void linear_weight_grad(const Tensor& dy, const Tensor& x, Tensor& dweight, Tensor& dbias) {
+  same_device({&dy, &x, &dweight, &dbias}, "linear_weight_grad");
+  RETORT_CHECK(dy.ndim() == 2 && x.ndim() == 2 && dy.size(0) == x.size(0),
+               "linear_weight_grad: dy {} must be [M, N] and x {} [M, K]", dy.describe(), x.describe());
+  RETORT_CHECK(dweight.shape() == Shape({dy.size(1), x.size(1)}), "linear_weight_grad: dweight {} must be [{}, {}]",
+               dweight.describe(), dy.size(1), x.size(1));
+  RETORT_CHECK(!dbias.defined() || dbias.numel() == dy.size(1), "linear_weight_grad: dbias {} must have {} elements",
+               dbias.describe(), dy.size(1));
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &dweight, &dbias})
+    RETORT_CHECK(!t->defined() || t->dtype() == dy.dtype(), "linear_weight_grad: {} is not in dy's dtype ({})",
+                 t->describe(), dtype_name(dy.dtype()));
+  floating(dy, "linear_weight_grad");
+  RETORT_DISPATCH(dy.device(), linear_weight_grad, dy, x, dweight, dbias);
+}
+
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y, Tensor& mean,
                         Tensor& rstd) {
   same_device({&x, &weight, &bias, &y, &mean, &rstd}, "layer_norm");
@@ -246,6 +277,82 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
   same_shape(dy, x, "rms_norm_backward");
   same_shape(dx, x, "rms_norm_backward");
   RETORT_DISPATCH(x.device(), rms_norm_backward, dy, x, weight, rstd, dx, dweight);
+}
+
+namespace {
+
+// x, r, sum and y of a fused residual add + norm: one shape and one dtype.
+void check_residual_pair(const Tensor& x, const Tensor& r, const Tensor& sum, const Tensor& y, const char* op) {
+  same_shape(x, r, op);
+  same_shape(x, sum, op);
+  same_shape(x, y, op);
+  RETORT_CHECK(r.dtype() == x.dtype() && sum.dtype() == x.dtype() && y.dtype() == x.dtype(),
+               "{}: x {}, r {}, sum {} and y {} must share a dtype", op, x.describe(), r.describe(), sum.describe(),
+               y.describe());
+  floating(x, op);
+}
+
+// The norm's weight (and bias) in x's dtype, or f32 / bf16 beside bf16 / f32 activations (both backends compute
+// those in float32); an f64 stream needs f64 weights.
+void check_norm_weights(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
+  const auto compatible = [&](const Tensor& w) {
+    if (!w.defined() || w.dtype() == x.dtype()) return true;
+    const auto float32_class = [](DType d) { return d == DType::F32 || d == DType::BF16; };
+    return float32_class(w.dtype()) && float32_class(x.dtype());
+  };
+  RETORT_CHECK(compatible(weight) && compatible(bias), "{}: weight {} does not fit activations {}", op,
+               weight.describe(), x.describe());
+}
+
+void check_residual_grads(const Tensor& dy, const Tensor& dsum, const Tensor& sum, const Tensor& dx, const char* op) {
+  same_shape(dy, sum, op);
+  same_shape(dx, sum, op);
+  RETORT_CHECK(!dsum.defined() || (dsum.shape() == sum.shape() && dsum.dtype() == sum.dtype()),
+               "{}: the residual gradient {} does not match the stream {}", op, dsum.describe(), sum.describe());
+  RETORT_CHECK(dy.dtype() == sum.dtype() && dx.dtype() == sum.dtype(), "{}: dy {} and dx {} must be in {}", op,
+               dy.describe(), dx.describe(), dtype_name(sum.dtype()));
+}
+
+}  // namespace
+
+void add_layer_norm_forward(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, float eps,
+                            Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd) {
+  same_device({&x, &r, &weight, &bias, &sum, &y, &mean, &rstd}, "add_layer_norm");
+  check_residual_pair(x, r, sum, y, "add_layer_norm");
+  RETORT_CHECK(weight.numel() == x.size(-1) && (!bias.defined() || bias.numel() == x.size(-1)),
+               "add_layer_norm: weight {} / bias do not match the last dim of {}", weight.describe(), x.describe());
+  check_norm_weights(x, weight, bias, "add_layer_norm");
+  row_stats(mean, x, "add_layer_norm");
+  row_stats(rstd, x, "add_layer_norm");
+  RETORT_DISPATCH(x.device(), add_layer_norm_forward, x, r, weight, bias, eps, sum, y, mean, rstd);
+}
+
+void add_layer_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& sum, const Tensor& weight,
+                             const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  same_device({&dy, &dsum, &sum, &weight, &mean, &rstd, &dx, &dweight, &dbias}, "add_layer_norm_backward");
+  check_residual_grads(dy, dsum, sum, dx, "add_layer_norm_backward");
+  check_norm_weights(sum, weight, dbias, "add_layer_norm_backward");
+  check_norm_weights(sum, dweight, Tensor(), "add_layer_norm_backward");
+  RETORT_DISPATCH(sum.device(), add_layer_norm_backward, dy, dsum, sum, weight, mean, rstd, dx, dweight, dbias);
+}
+
+void add_rms_norm_forward(const Tensor& x, const Tensor& r, const Tensor& weight, float eps, Tensor& sum, Tensor& y,
+                          Tensor& rstd) {
+  same_device({&x, &r, &weight, &sum, &y, &rstd}, "add_rms_norm");
+  check_residual_pair(x, r, sum, y, "add_rms_norm");
+  RETORT_CHECK(weight.numel() == x.size(-1), "add_rms_norm: weight {} does not match the last dim of {}",
+               weight.describe(), x.describe());
+  check_norm_weights(x, weight, Tensor(), "add_rms_norm");
+  row_stats(rstd, x, "add_rms_norm");
+  RETORT_DISPATCH(x.device(), add_rms_norm_forward, x, r, weight, eps, sum, y, rstd);
+}
+
+void add_rms_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& sum, const Tensor& weight,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight) {
+  same_device({&dy, &dsum, &sum, &weight, &rstd, &dx, &dweight}, "add_rms_norm_backward");
+  check_residual_grads(dy, dsum, sum, dx, "add_rms_norm_backward");
+  check_norm_weights(sum, weight, dweight, "add_rms_norm_backward");
+  RETORT_DISPATCH(sum.device(), add_rms_norm_backward, dy, dsum, sum, weight, rstd, dx, dweight);
 }
 
 void softmax_forward(const Tensor& x, Tensor& y) {

@@ -44,6 +44,17 @@ void sum_squares(const Tensor& x, Tensor& out);
 //   b (or a) may be 2-D: the same matrix for every batch. a, b, c share a floating dtype, except that c
 //   may be f32 when a, b are bf16. GPU: cuBLAS with float32 compute (no TF32).
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b, float alpha, float beta);
+// A linear layer's forward in one pass where the GPU allows: x [M, K], weight [N, K], bias [N] (may be
+// undefined), out [M, N], all in one dtype. Without pre_gelu: out = x W^T + b. With pre_gelu ([M, N], defined):
+// pre_gelu = x W^T + b (saved for the backward) and out = gelu(pre_gelu), the tanh approximation of
+// gelu_forward. GPU: cuBLASLt with the bias (and GELU) epilogue, float32 compute, the bias added and the GELU
+// taken in float32 before the one rounding to the output dtype; when cuBLASLt offers no kernel for the
+// epilogue, the product, add_bias and gelu_forward. CPU: those three kernels.
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, Tensor& pre_gelu);
+// The weight (and bias) gradient of y = x W^T + b: dweight [N, K] = dy^T x, and dbias [N] = dy summed over rows
+// when defined, both written (not accumulated). dy [M, N], x [M, K]. GPU: one cuBLASLt product whose epilogue
+// also writes the bias gradient (falls back to gemm + sum_rows where unsupported).
+void linear_weight_grad(const Tensor& dy, const Tensor& x, Tensor& dweight, Tensor& dbias);
 
 // ---- normalisation and softmax over the last dimension --------------------------------------------------
 // mean and rstd: f32 [rows]. bias may be undefined.
@@ -55,6 +66,20 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
 void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, Tensor& y, Tensor& rstd);
 void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, Tensor& dx,
                        Tensor& dweight);
+// The residual add and the norm that follows it in a pre-norm block, one pass each way:
+//   sum = x + r (rounded to the storage dtype: the new residual stream), y = norm(sum) as layer_norm_forward /
+//   rms_norm_forward of the stored sum. x, r, sum, y share a shape and dtype; weight and bias as for the norms.
+void add_layer_norm_forward(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, float eps,
+                            Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd);
+void add_rms_norm_forward(const Tensor& x, const Tensor& r, const Tensor& weight, float eps, Tensor& sum, Tensor& y,
+                          Tensor& rstd);
+// dx = dsum + the norm's input gradient for dy (dsum: the gradient that reached the residual stream `sum` from
+// elsewhere; may be undefined, then 0), in float32 and rounded once. dx is also r's gradient. dweight and dbias
+// (when defined) are accumulated into, as in layer_norm_backward.
+void add_layer_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& sum, const Tensor& weight,
+                             const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias);
+void add_rms_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& sum, const Tensor& weight,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight);
 void softmax_forward(const Tensor& x, Tensor& y);
 void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 

@@ -38,6 +38,11 @@ Tensor Norm::forward(const Tensor& x) const {
   return kind_ == NormKind::LayerNorm ? ops::layer_norm(x, w, b, eps_) : ops::rms_norm(x, w, eps_);
 }
 
+ops::ResidualNorm Norm::forward_added(const Tensor& x, const Tensor& r) const {
+  Tensor w = to_compute(weight_, x.dtype()), b = to_compute(bias_, x.dtype());
+  return kind_ == NormKind::LayerNorm ? ops::add_layer_norm(x, r, w, b, eps_) : ops::add_rms_norm(x, r, w, eps_);
+}
+
 Embedding::Embedding(int64_t rows, int64_t features) {
   weight_ = register_parameter("weight", Tensor::zeros({rows, features}));
 }

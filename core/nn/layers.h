@@ -2,6 +2,7 @@
 // Dense building blocks. Parameters start at zero (norm weights at one); the model that owns them
 // decides the initialisation (see GptModel::initialize), so a layer needs no knowledge of its place.
 #include "core/nn/module.h"
+#include "core/ops/ops.h"
 
 namespace retort::nn {
 
@@ -24,6 +25,9 @@ class Norm : public Module {
  public:
   Norm(int64_t features, NormKind kind, bool bias, double eps = 1e-5);
   Tensor forward(const Tensor& x) const;
+  // The residual add before the norm with it, in one kernel each way (ops::add_layer_norm / add_rms_norm):
+  // sum = x + r and normed = forward(sum).
+  ops::ResidualNorm forward_added(const Tensor& x, const Tensor& r) const;
   const Tensor& weight() const { return weight_; }
   double eps() const { return eps_; }
 

@@ -5,6 +5,7 @@
 #include "core/autograd/engine.h"
 #include "core/autograd/grad_mode.h"
 #include "core/kernels/kernels.h"
+#include "core/ops/fusion.h"
 #include "core/util/error.h"
 
 namespace retort::ops {
@@ -218,32 +219,84 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   });
 }
 
+namespace {
+
+void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
+  RETORT_CHECK(weight.ndim() == 2 && x.ndim() >= 1 && x.size(-1) == weight.size(1),
+               "{}: input {} does not match weight {} ([out, in])", op, x.describe(), weight.describe());
+  RETORT_CHECK(!bias.defined() || bias.numel() == weight.size(0), "{}: bias {} does not match weight {}", op,
+               bias.describe(), weight.describe());
+}
+
+// dW = g^T x and db = g summed over rows, for whichever of weight and bias needs a gradient.
+void linear_parameter_grads(const Tensor& g2, const Tensor& x2, const Tensor& weight, const Tensor& bias, Tensor& gw,
+                            Tensor& gb) {
+  const bool want_w = weight.requires_grad(), want_b = bias.defined() && bias.requires_grad();
+  if (want_w) gw = empty_like(weight);
+  if (want_b) gb = empty_like(bias);
+  // One product for both where the dtypes allow (the epilogue writes the bias gradient in the product's dtype).
+  const bool one_dtype =
+      x2.dtype() == g2.dtype() && weight.dtype() == g2.dtype() && (!want_b || bias.dtype() == g2.dtype());
+  if (want_w && one_dtype && fused_kernels_enabled()) {
+    kernels::linear_weight_grad(g2, x2, gw, gb);
+    return;
+  }
+  if (want_w) kernels::gemm(g2, x2, gw, true, false, 1.0f, 0.0f);
+  if (want_b) kernels::sum_rows(g2, gb, 0.0f);
+}
+
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  RETORT_CHECK(weight.ndim() == 2 && x.size(-1) == weight.size(1), "linear: input {} does not match weight {}",
-               x.describe(), weight.describe());
+  check_linear(x, weight, bias, "linear");
   const int64_t in = weight.size(1), out_features = weight.size(0);
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   Tensor x2 = x.view({-1, in});
   Tensor out2 = out.view({-1, out_features});
-  kernels::gemm(x2, weight, out2, false, true, 1.0f, 0.0f);
-  if (bias.defined()) kernels::add_bias(out2, bias, out2);
+  if (bias.defined() && fused_kernels_enabled() && bias.dtype() == x.dtype() && weight.dtype() == x.dtype()) {
+    Tensor no_aux;
+    kernels::linear_forward(x2, weight, bias, out2, no_aux);
+  } else {
+    kernels::gemm(x2, weight, out2, false, true, 1.0f, 0.0f);
+    if (bias.defined()) kernels::add_bias(out2, bias, out2);
+  }
   return autograd::record(out, "linear", {x, weight, bias}, [x2, weight, bias, x_shape = x.shape()](const Tensor& g) {
     Tensor g2 = g.view({-1, weight.size(0)});
     Tensor gx = Tensor::empty(x2.shape(), x2.dtype(), x2.device());
     kernels::gemm(g2, weight, gx, false, false, 1.0f, 0.0f);
     Tensor gw, gb;
-    if (weight.requires_grad()) {
-      gw = empty_like(weight);
-      kernels::gemm(g2, x2, gw, true, false, 1.0f, 0.0f);
-    }
-    if (bias.defined() && bias.requires_grad()) {
-      gb = empty_like(bias);
-      kernels::sum_rows(g2, gb, 0.0f);
-    }
+    linear_parameter_grads(g2, x2, weight, bias, gw, gb);
     return std::vector<Tensor>{gx.view(x_shape), gw, gb};
   });
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear(x, weight, bias, "linear_gelu");
+  RETORT_CHECK(weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
+               "linear_gelu: weight {} and bias must be in the dtype of x {}", weight.describe(), x.describe());
+  if (!fused_kernels_enabled()) return gelu(linear(x, weight, bias));
+  const int64_t in = weight.size(1), out_features = weight.size(0);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  Tensor pre = Tensor::empty({x.numel() / std::max<int64_t>(in, 1), out_features}, x.dtype(), x.device());
+  Tensor x2 = x.view({-1, in});
+  Tensor out2 = out.view({-1, out_features});
+  kernels::linear_forward(x2, weight, bias, out2, pre);
+  return autograd::record(out, "linear_gelu", {x, weight, bias},
+                          [x2, weight, bias, pre, x_shape = x.shape()](const Tensor& g) {
+                            Tensor g2 = g.view({-1, weight.size(0)});
+                            // The gradient at the GELU input, then the linear layer's three gradients from it.
+                            Tensor dpre = empty_like(pre);
+                            kernels::gelu_backward(pre, g2, dpre);
+                            Tensor gx = Tensor::empty(x2.shape(), x2.dtype(), x2.device());
+                            kernels::gemm(dpre, weight, gx, false, false, 1.0f, 0.0f);
+                            Tensor gw, gb;
+                            linear_parameter_grads(dpre, x2, weight, bias, gw, gb);
+                            return std::vector<Tensor>{gx.view(x_shape), gw, gb};
+                          });
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
@@ -267,6 +320,63 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
     kernels::rms_norm_backward(g, x, weight, rstd, gx, gw);
     return std::vector<Tensor>{gx, gw};
   });
+}
+
+namespace {
+
+void check_residual_inputs(const Tensor& x, const Tensor& r, const char* op) {
+  RETORT_CHECK(x.shape() == r.shape() && x.dtype() == r.dtype(),
+               "{}: the stream {} and the residual {} must have one shape and dtype", op, x.describe(), r.describe());
+}
+
+// The stream's node: sum = x + r hands its gradient to both. Its gradient from the norm is added to the rest
+// inside the norm's backward kernel (record_folding), so by the time this node runs it is complete.
+Tensor record_residual_sum(const Tensor& sum, const Tensor& x, const Tensor& r, const char* name) {
+  return autograd::record(sum, name, {x, r}, [](const Tensor& g) { return std::vector<Tensor>{g, g}; });
+}
+
+}  // namespace
+
+ResidualNorm add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps) {
+  check_residual_inputs(x, r, "add_layer_norm");
+  if (!fused_kernels_enabled()) {
+    Tensor sum = add(x, r);
+    return {sum, layer_norm(sum, weight, bias, eps)};
+  }
+  Tensor sum = empty_like(x), y = empty_like(x), mean_stat = row_stat(x), rstd = row_stat(x);
+  kernels::add_layer_norm_forward(x, r, weight, bias, static_cast<float>(eps), sum, y, mean_stat, rstd);
+  sum = record_residual_sum(sum, x, r, "add_layer_norm.sum");
+  const Tensor stored = sum.detach();
+  y = autograd::record_folding(y, "add_layer_norm", {sum, weight, bias}, 0,
+                               [stored, weight, bias, mean_stat, rstd](const Tensor& g, const Tensor& gathered) {
+                                 Tensor gx = empty_like(stored);
+                                 Tensor gw = weight.requires_grad() ? zeros_like(weight) : Tensor();
+                                 Tensor gb = bias.defined() && bias.requires_grad() ? zeros_like(bias) : Tensor();
+                                 kernels::add_layer_norm_backward(g, gathered, stored, weight, mean_stat, rstd, gx, gw,
+                                                                  gb);
+                                 return std::vector<Tensor>{gx, gw, gb};
+                               });
+  return {sum, y};
+}
+
+ResidualNorm add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps) {
+  check_residual_inputs(x, r, "add_rms_norm");
+  if (!fused_kernels_enabled()) {
+    Tensor sum = add(x, r);
+    return {sum, rms_norm(sum, weight, eps)};
+  }
+  Tensor sum = empty_like(x), y = empty_like(x), rstd = row_stat(x);
+  kernels::add_rms_norm_forward(x, r, weight, static_cast<float>(eps), sum, y, rstd);
+  sum = record_residual_sum(sum, x, r, "add_rms_norm.sum");
+  const Tensor stored = sum.detach();
+  y = autograd::record_folding(y, "add_rms_norm", {sum, weight}, 0,
+                               [stored, weight, rstd](const Tensor& g, const Tensor& gathered) {
+                                 Tensor gx = empty_like(stored);
+                                 Tensor gw = weight.requires_grad() ? zeros_like(weight) : Tensor();
+                                 kernels::add_rms_norm_backward(g, gathered, stored, weight, rstd, gx, gw);
+                                 return std::vector<Tensor>{gx, gw};
+                               });
+  return {sum, y};
 }
 
 Tensor softmax(const Tensor& x) {

@@ -27,12 +27,28 @@ Tensor mean(const Tensor& x);
 
 // Matrix products, batched over leading dims; b may be 2-D and shared across the batch.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
-// y = x W^T + b with W [out, in] (b may be undefined): one node.
+// y = x W^T + b with W [out, in] (b may be undefined): one node. On the GPU with fused kernels on
+// (fusion.h), the bias is added in the product's epilogue and its gradient comes out of the weight-gradient
+// product (kernels::linear_forward, linear_weight_grad).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// gelu(x W^T + b), the tanh approximation (GPT-2's MLP up-projection): one node, which keeps the GELU input for
+// its backward. GPU: one cuBLASLt product with the bias + GELU epilogue; CPU (or fused kernels off): the product,
+// the bias add and gelu as separate kernels, the same math.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // Over the last dimension.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+// The residual add of a pre-norm block and the norm after it, in one kernel each way: sum = x + r (the new
+// residual stream, in x's dtype) and normed = layer_norm / rms_norm of sum. x and r share shape and dtype; the
+// weight (and bias) may be f32 under bf16 activations (a norm kept in float32). The gradient of sum that
+// reaches it from later ops is added inside the norm's backward kernel. With fused kernels off: add, then norm.
+struct ResidualNorm {
+  Tensor sum, normed;
+};
+ResidualNorm add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias,
+                            double eps = 1e-5);
+ResidualNorm add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps = 1e-6);
 Tensor softmax(const Tensor& x);
 
 // Causal scaled dot-product self-attention on packed q|k|v projections [B, T, 3C] -> [B, T, C].

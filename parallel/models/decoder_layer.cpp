@@ -2,6 +2,7 @@
 
 #include "core/autograd/engine.h"
 #include "core/autograd/grad_mode.h"
+#include "core/ops/fusion.h"
 #include "core/ops/ops.h"
 #include "core/tensor/slicing.h"
 #include "core/util/error.h"
@@ -27,6 +28,17 @@ Tensor narrow_features(const Tensor& x, int64_t start, int64_t length) {
 Tensor norm_in_f32(const nn::Norm& norm, const Tensor& x) {
   if (x.dtype() != DType::BF16) return norm.forward(x);
   return ops::cast(norm.forward(ops::cast(x, DType::F32)), DType::BF16);
+}
+
+// x + r and the RMSNorm of the sum in float32, as norm_in_f32 of ops::add(x, r), in one kernel each way when the
+// fused kernels are on (the kernel reads the bf16 stream and computes in float32 already).
+ops::ResidualNorm added_norm_in_f32(const nn::Norm& norm, const Tensor& x, const Tensor& r) {
+  if (!ops::fused_kernels_enabled()) {
+    const Tensor sum = ops::add(x, r);
+    return {sum, norm_in_f32(norm, sum)};
+  }
+  if (x.dtype() != DType::BF16) return norm.forward_added(x, r);
+  return ops::add_rms_norm(x, r, nn::to_compute(norm.weight(), DType::F32), norm.eps());
 }
 
 // The per-head norm of qwen3: x [B, T, heads * head_dim] normed over each head's head_dim, in float32. Each rank
@@ -88,9 +100,8 @@ Tensor DecoderLayer::project_kv(const std::shared_ptr<tp::ColumnParallelLinear>&
   return narrow_features(all_heads, kv_start_, head_dim_);
 }
 
-DecoderLayer::Projected DecoderLayer::project(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
+DecoderLayer::Projected DecoderLayer::project(const Tensor& normed, const Tensor& positions, const Tensor& inv_freq,
                                               DType compute_dtype) const {
-  const Tensor normed = norm_in_f32(*input_layernorm_, x);
   Projected p;
   p.q = q_proj_->forward(normed, compute_dtype);
   p.k = project_kv(k_proj_, k_whole_, normed, compute_dtype);
@@ -104,25 +115,37 @@ DecoderLayer::Projected DecoderLayer::project(const Tensor& x, const Tensor& pos
   return p;
 }
 
+Tensor DecoderLayer::mlp(const Tensor& normed, DType compute_dtype) const {
+  return down_proj_->forward(
+      ops::swiglu(gate_proj_->forward(normed, compute_dtype), up_proj_->forward(normed, compute_dtype)), compute_dtype);
+}
+
 Tensor DecoderLayer::finish(const Tensor& x, const Tensor& attn, DType compute_dtype) const {
   const Tensor h = ops::add(x, o_proj_->forward(attn, compute_dtype));
-  const Tensor normed = norm_in_f32(*post_attention_layernorm_, h);
-  const Tensor mlp = down_proj_->forward(
-      ops::swiglu(gate_proj_->forward(normed, compute_dtype), up_proj_->forward(normed, compute_dtype)), compute_dtype);
-  return ops::add(h, mlp);
+  return ops::add(h, mlp(norm_in_f32(*post_attention_layernorm_, h), compute_dtype));
 }
 
 Tensor DecoderLayer::forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
                              DType compute_dtype) const {
-  const Projected p = project(x, positions, inv_freq, compute_dtype);
+  const ResidualStream out = forward_stream({x, Tensor()}, positions, inv_freq, compute_dtype);
+  return ops::add(out.x, out.pending);
+}
+
+ResidualStream DecoderLayer::forward_stream(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,
+                                            DType compute_dtype) const {
+  const ops::ResidualNorm first = in.pending.defined() ? added_norm_in_f32(*input_layernorm_, in.x, in.pending)
+                                                       : ops::ResidualNorm{in.x, norm_in_f32(*input_layernorm_, in.x)};
+  const Projected p = project(first.normed, positions, inv_freq, compute_dtype);
   const Tensor attn =
       ops::causal_attention(p.q, p.k, p.v, static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
-  return finish(x, attn, compute_dtype);
+  const ops::ResidualNorm second =
+      added_norm_in_f32(*post_attention_layernorm_, first.sum, o_proj_->forward(attn, compute_dtype));
+  return {second.sum, mlp(second.normed, compute_dtype)};
 }
 
 Tensor DecoderLayer::forward_cached(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
                                     generate::KvCache& cache, int64_t layer, DType compute_dtype) const {
-  const Projected p = project(x, positions, inv_freq, compute_dtype);
+  const Projected p = project(norm_in_f32(*input_layernorm_, x), positions, inv_freq, compute_dtype);
   const Tensor attn =
       ops::attention_with_kv_cache(p.q, p.k, p.v, cache.keys(layer), cache.values(layer), cache.lengths_on_device(),
                                    static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));

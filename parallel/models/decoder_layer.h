@@ -13,6 +13,7 @@
 
 namespace retort {
 struct GptConfig;
+struct ResidualStream;
 namespace generate {
 class KvCache;
 }
@@ -26,6 +27,10 @@ class DecoderLayer : public nn::Module {
 
   // x [B, T, C]; positions i32 [B, T] and inv_freq f32 [head_dim / 2] on x's device (the rotation's inputs).
   Tensor forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, DType compute_dtype) const;
+  // The layer on a residual stream with a pending addition (gpt_model.h): returns {x + attention part, the MLP
+  // output still pending}, each addition done by the norm after it in the same kernel.
+  ResidualStream forward_stream(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,
+                                DType compute_dtype) const;
   // The same over new positions only: writes their keys and values into layer `layer` of the cache and attends
   // each row's cached keys (no tape).
   Tensor forward_cached(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, generate::KvCache& cache,
@@ -35,12 +40,14 @@ class DecoderLayer : public nn::Module {
   struct Projected {
     Tensor q, k, v;
   };
-  // The normed input's q, k and v of this rank's heads, q and k normed (qwen3) and rotated.
-  Projected project(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, DType compute_dtype) const;
+  // q, k and v of this rank's heads from the normed input, q and k normed (qwen3) and rotated.
+  Projected project(const Tensor& normed, const Tensor& positions, const Tensor& inv_freq, DType compute_dtype) const;
   Tensor project_kv(const std::shared_ptr<tp::ColumnParallelLinear>& sharded, const std::shared_ptr<nn::Linear>& whole,
                     const Tensor& x, DType compute_dtype) const;
   // The residual additions after attention: x + o(attn), then + down(silu(gate) * up) of its norm.
   Tensor finish(const Tensor& x, const Tensor& attn, DType compute_dtype) const;
+  // down(silu(gate(normed)) * up(normed)).
+  Tensor mlp(const Tensor& normed, DType compute_dtype) const;
 
   std::shared_ptr<Communicator> group_;
   int64_t local_heads_, local_kv_heads_, head_dim_;

@@ -76,11 +76,18 @@ GptBlock::GptBlock(const GptConfig& c, const std::shared_ptr<Communicator>& grou
 }
 
 Tensor GptBlock::forward(const Tensor& x, DType compute_dtype) const {
-  Tensor attn =
-      ops::causal_self_attention(qkv_->forward(ln_1_->forward(x), compute_dtype), static_cast<int>(local_heads_));
-  Tensor h = ops::add(x, attn_proj_->forward(attn, compute_dtype));
-  Tensor mlp = mlp_proj_->forward(ops::gelu(fc_->forward(ln_2_->forward(h), compute_dtype)), compute_dtype);
-  return ops::add(h, mlp);
+  const ResidualStream out = forward_stream({x, Tensor()}, compute_dtype);
+  return ops::add(out.x, out.pending);
+}
+
+ResidualStream GptBlock::forward_stream(const ResidualStream& in, DType compute_dtype) const {
+  const ops::ResidualNorm first =
+      in.pending.defined() ? ln_1_->forward_added(in.x, in.pending) : ops::ResidualNorm{in.x, ln_1_->forward(in.x)};
+  const Tensor attn =
+      ops::causal_self_attention(qkv_->forward(first.normed, compute_dtype), static_cast<int>(local_heads_));
+  const ops::ResidualNorm second = ln_2_->forward_added(first.sum, attn_proj_->forward(attn, compute_dtype));
+  const Tensor mlp = mlp_proj_->forward(fc_->forward_gelu(second.normed, compute_dtype), compute_dtype);
+  return {second.sum, mlp};
 }
 
 Tensor GptBlock::forward_cached(const Tensor& x, generate::KvCache& cache, int64_t layer, DType compute_dtype) const {
@@ -171,8 +178,11 @@ Tensor GptModel::embed(const Tensor& ids, const Tensor& positions, DType compute
   return nn::to_compute(x, compute_dtype);
 }
 
-Tensor GptModel::head(const Tensor& x_in, DType compute_dtype) const {
-  const Tensor x = ln_f_->forward(x_in);
+Tensor GptModel::head(const Tensor& x, DType compute_dtype) const {
+  return head_of_normed(ln_f_->forward(x), compute_dtype);
+}
+
+Tensor GptModel::head_of_normed(const Tensor& x, DType compute_dtype) const {
   Tensor logits =
       tp::vocab_parallel_logits(x, lm_head_ ? lm_head_->weight() : wte_->weight(), tp_group_, compute_dtype);
   if (!vocab_mask_.defined()) return logits;
@@ -194,13 +204,15 @@ Tensor GptModel::forward(const Tensor& ids, DType compute_dtype) const {
   std::vector<int32_t> positions(static_cast<size_t>(B * T));
   for (int64_t i = 0; i < B * T; ++i) positions[i] = static_cast<int32_t>(i % T);
   Tensor pos = Tensor::from_ints(positions, {B, T}, ids.device());
-  Tensor x = embed(ids, pos, compute_dtype);
-  for (const auto& block : blocks_) x = block->forward(x, compute_dtype);
+  // Each block leaves its last output pending; the next norm (the final one after the last block) adds it.
+  ResidualStream stream{embed(ids, pos, compute_dtype), Tensor()};
+  for (const auto& block : blocks_) stream = block->forward_stream(stream, compute_dtype);
   if (!layers_.empty()) {
     const Tensor inv_freq = rope_frequencies(ids.device());
-    for (const auto& layer : layers_) x = layer->forward(x, pos, inv_freq, compute_dtype);
+    for (const auto& layer : layers_) stream = layer->forward_stream(stream, pos, inv_freq, compute_dtype);
   }
-  return head(x, compute_dtype);
+  if (!stream.pending.defined()) return head(stream.x, compute_dtype);
+  return head_of_normed(ln_f_->forward_added(stream.x, stream.pending).normed, compute_dtype);
 }
 
 Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& valid, generate::KvCache& cache,

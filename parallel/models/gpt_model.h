@@ -68,10 +68,19 @@ struct GptConfig {
   void validate_for_tp(int tp) const;
 };
 
+// The residual stream between blocks in training: `x`, plus `pending`, the previous block's last output not yet
+// added to it (undefined at the first block). The next norm adds it in the same kernel (ops::add_layer_norm), so
+// a block boundary costs one pass over the stream instead of an add and a norm.
+struct ResidualStream {
+  Tensor x, pending;
+};
+
 class GptBlock : public nn::Module {
  public:
   GptBlock(const GptConfig& config, const std::shared_ptr<Communicator>& tp_group);
   Tensor forward(const Tensor& x, DType compute_dtype) const;
+  // The block on a stream with a pending addition; returns {x + attention part, the MLP output still pending}.
+  ResidualStream forward_stream(const ResidualStream& in, DType compute_dtype) const;
   // x [B, T_new, C] of new positions; reads and extends layer `layer` of the cache (see GptModel::forward_cached).
   Tensor forward_cached(const Tensor& x, generate::KvCache& cache, int64_t layer, DType compute_dtype) const;
 
@@ -115,6 +124,8 @@ class GptModel : public nn::Module {
   Tensor rope_frequencies(Device device) const;  // inv_freq (rope.h) on `device`
   // The final norm and the head: logits [..., padded_vocab / tp], padded ids at -inf.
   Tensor head(const Tensor& x, DType compute_dtype) const;
+  // The head on the final norm's output.
+  Tensor head_of_normed(const Tensor& normed, DType compute_dtype) const;
 
   GptConfig config_;
   std::shared_ptr<Communicator> tp_group_;

@@ -46,6 +46,12 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, DType compute_dtype) const
   return gather_output_ ? gather_from_tp_region(y, group_) : y;
 }
 
+Tensor ColumnParallelLinear::forward_gelu(const Tensor& x, DType compute_dtype) const {
+  Tensor y = ops::linear_gelu(copy_to_tp_region(nn::to_compute(x, compute_dtype), group_),
+                              nn::to_compute(weight_, compute_dtype), nn::to_compute(bias_, compute_dtype));
+  return gather_output_ ? gather_from_tp_region(y, group_) : y;
+}
+
 RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, bool bias,
                                      std::shared_ptr<Communicator> group, bool input_is_parallel)
     : group_(std::move(group)), input_is_parallel_(input_is_parallel) {
@@ -62,6 +68,10 @@ RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, 
 Tensor RowParallelLinear::forward(const Tensor& x_in, DType compute_dtype) const {
   Tensor x = nn::to_compute(x_in, compute_dtype);
   if (!input_is_parallel_) x = scatter_to_tp_region(x, group_);
+  // One rank holds the whole product: the bias goes into its epilogue. Across ranks it is added once, after the
+  // partial products are summed.
+  if (!is_distributed(group_))
+    return ops::linear(x, nn::to_compute(weight_, compute_dtype), nn::to_compute(bias_, compute_dtype));
   Tensor partial = ops::linear(x, nn::to_compute(weight_, compute_dtype), Tensor());
   Tensor y = reduce_from_tp_region(partial, group_);
   return bias_.defined() ? ops::add_bias(y, nn::to_compute(bias_, compute_dtype)) : y;

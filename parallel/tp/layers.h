@@ -21,6 +21,9 @@ class ColumnParallelLinear : public nn::Module {
   ColumnParallelLinear(int64_t in_features, int64_t out_features, bool bias, std::shared_ptr<Communicator> group,
                        bool gather_output = false, int blocks = 1);
   Tensor forward(const Tensor& x, DType compute_dtype = DType::F32) const;
+  // gelu(forward(x)) with the GELU in the product's epilogue (ops::linear_gelu): GELU is elementwise, so this
+  // rank's slice of the features is all it needs.
+  Tensor forward_gelu(const Tensor& x, DType compute_dtype = DType::F32) const;
   const Tensor& weight() const { return weight_; }
 
  private:

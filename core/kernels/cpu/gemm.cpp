@@ -43,4 +43,18 @@ void gemm(const Tensor& a_in, const Tensor& b_in, Tensor& c_in, bool trans_a, bo
   slot.finish();
 }
 
+// The CPU is the reference for the GPU's fused epilogues: the same math through the plain kernels, each result
+// rounded to the storage dtype as those kernels round it.
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, Tensor& pre_gelu) {
+  Tensor& product = pre_gelu.defined() ? pre_gelu : out;
+  gemm(x, weight, product, false, true, 1.0f, 0.0f);
+  if (bias.defined()) add_bias(product, bias, product);
+  if (pre_gelu.defined()) gelu_forward(pre_gelu, out);
+}
+
+void linear_weight_grad(const Tensor& dy, const Tensor& x, Tensor& dweight, Tensor& dbias) {
+  gemm(dy, x, dweight, true, false, 1.0f, 0.0f);
+  if (dbias.defined()) sum_rows(dy, dbias, 0.0f);
+}
+
 }  // namespace retort::kernels::cpu

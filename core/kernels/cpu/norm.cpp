@@ -57,9 +57,14 @@ struct ColumnAccumulator {
 
 }  // namespace
 
-void layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in, const Tensor& mean,
-                         const Tensor& rstd, Tensor& dx_in, Tensor& dweight_in, Tensor& dbias_in) {
-  Tensor dy = widen(dy_in), x = widen(x_in), weight = widen(weight_in);
+namespace {
+
+// The norms' backward passes with an optional gradient `dsum_in` already gathered for their input (the residual
+// stream of a fused add + norm), added before the one rounding of dx.
+void layer_norm_backward_into(const Tensor& dy_in, const Tensor& dsum_in, const Tensor& x_in, const Tensor& weight_in,
+                              const Tensor& mean, const Tensor& rstd, Tensor& dx_in, Tensor& dweight_in,
+                              Tensor& dbias_in) {
+  Tensor dy = widen(dy_in), dsum = widen(dsum_in), x = widen(x_in), weight = widen(weight_in);
   OutputSlot dx_slot(dx_in), dw_slot(dweight_in, true), db_slot(dbias_in, true);
   Tensor &dx = dx_slot.get(), &dweight = dw_slot.get(), &dbias = db_slot.get();
   dispatch_real(x.dtype(), [&]<typename T>() {
@@ -73,6 +78,7 @@ void layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& 
       const T* xr = x.data<T>() + r * cols;
       const T* dyr = dy.data<T>() + r * cols;
       T* dxr = dx.data<T>() + r * cols;
+      const T* dsr = dsum.defined() ? dsum.data<T>() + r * cols : nullptr;
       const double mu = load_stat(mean, r), rs = load_stat(rstd, r);
       double mean_g = 0, mean_gx = 0;  // means of dxhat and dxhat * xhat
       for (int64_t c = 0; c < cols; ++c) {
@@ -87,7 +93,7 @@ void layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& 
       mean_gx /= cols;
       for (int64_t c = 0; c < cols; ++c) {
         const double xhat = (xr[c] - mu) * rs;
-        dxr[c] = T(rs * (static_cast<double>(dyr[c]) * w[c] - mean_g - xhat * mean_gx));
+        dxr[c] = T(rs * (static_cast<double>(dyr[c]) * w[c] - mean_g - xhat * mean_gx) + (dsr ? dsr[c] : T(0)));
       }
     }
     if (dweight.defined()) dw_acc.add_into(dweight.data<T>(), parts);
@@ -96,6 +102,18 @@ void layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& 
   dx_slot.finish();
   dw_slot.finish();
   db_slot.finish();
+}
+
+}  // namespace
+
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  layer_norm_backward_into(dy, Tensor(), x, weight, mean, rstd, dx, dweight, dbias);
+}
+
+void add_layer_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& sum, const Tensor& weight,
+                             const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  layer_norm_backward_into(dy, dsum, sum, weight, mean, rstd, dx, dweight, dbias);
 }
 
 void rms_norm_forward(const Tensor& x_in, const Tensor& weight_in, float eps, Tensor& y_in, Tensor& rstd) {
@@ -119,9 +137,11 @@ void rms_norm_forward(const Tensor& x_in, const Tensor& weight_in, float eps, Te
   slot.finish();
 }
 
-void rms_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in, const Tensor& rstd,
-                       Tensor& dx_in, Tensor& dweight_in) {
-  Tensor dy = widen(dy_in), x = widen(x_in), weight = widen(weight_in);
+namespace {
+
+void rms_norm_backward_into(const Tensor& dy_in, const Tensor& dsum_in, const Tensor& x_in, const Tensor& weight_in,
+                            const Tensor& rstd, Tensor& dx_in, Tensor& dweight_in) {
+  Tensor dy = widen(dy_in), dsum = widen(dsum_in), x = widen(x_in), weight = widen(weight_in);
   OutputSlot dx_slot(dx_in), dw_slot(dweight_in, true);
   Tensor &dx = dx_slot.get(), &dweight = dw_slot.get();
   dispatch_real(x.dtype(), [&]<typename T>() {
@@ -135,6 +155,7 @@ void rms_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& we
       const T* xr = x.data<T>() + r * cols;
       const T* dyr = dy.data<T>() + r * cols;
       T* dxr = dx.data<T>() + r * cols;
+      const T* dsr = dsum.defined() ? dsum.data<T>() + r * cols : nullptr;
       const double rs = load_stat(rstd, r);
       double mean_gx = 0;
       for (int64_t c = 0; c < cols; ++c) {
@@ -145,13 +166,39 @@ void rms_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& we
       mean_gx /= cols;
       for (int64_t c = 0; c < cols; ++c) {
         const double xhat = xr[c] * rs;
-        dxr[c] = T(rs * (static_cast<double>(dyr[c]) * w[c] - xhat * mean_gx));
+        dxr[c] = T(rs * (static_cast<double>(dyr[c]) * w[c] - xhat * mean_gx) + (dsr ? dsr[c] : T(0)));
       }
     }
     if (dweight.defined()) dw_acc.add_into(dweight.data<T>(), parts);
   });
   dx_slot.finish();
   dw_slot.finish();
+}
+
+}  // namespace
+
+void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, Tensor& dx,
+                       Tensor& dweight) {
+  rms_norm_backward_into(dy, Tensor(), x, weight, rstd, dx, dweight);
+}
+
+void add_rms_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& sum, const Tensor& weight,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight) {
+  rms_norm_backward_into(dy, dsum, sum, weight, rstd, dx, dweight);
+}
+
+// The CPU is the reference: the fused forward is the add (rounded to the storage dtype, as the stream is
+// stored) followed by the norm of the stored sum.
+void add_layer_norm_forward(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, float eps,
+                            Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd) {
+  add(x, r, sum, 1.0f, 1.0f);
+  layer_norm_forward(sum, weight, bias, eps, y, mean, rstd);
+}
+
+void add_rms_norm_forward(const Tensor& x, const Tensor& r, const Tensor& weight, float eps, Tensor& sum, Tensor& y,
+                          Tensor& rstd) {
+  add(x, r, sum, 1.0f, 1.0f);
+  rms_norm_forward(sum, weight, eps, y, rstd);
 }
 
 }  // namespace retort::kernels::cpu

@@ -6,9 +6,16 @@
 // matrix is the column-major [n, m] matrix of the same bytes, so C = op(A) op(B) is computed as
 // C^T = op(B)^T op(A)^T with the operands swapped. Compute is CUBLAS_COMPUTE_32F with the handle's default
 // math mode, i.e. true float32 for f32 (no TF32) and float32 accumulation for bf16.
+// Linear layers go through cuBLASLt instead, whose epilogues fold the bias (and GELU, and in the backward the
+// bias gradient) into the product's store, saving a pass over the output each.
 #include <climits>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
 
 #include "core/kernels/backends.h"
+#include "core/kernels/cuda/epilogue_notice.h"
 
 namespace retort::kernels::cuda {
 namespace detail {
@@ -90,6 +97,246 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_
   const int64_t ldb = trans_b ? k : n;
   gemm_strided(trans_a, trans_b, rows, n, k, alpha, a.raw_data(), lda, stride_a, b.raw_data(), ldb, stride_b, beta,
                c.raw_data(), n, stride_c, batch, a.dtype(), c.dtype());
+}
+
+namespace {
+
+// ---- cuBLASLt with an epilogue ---------------------------------------------------------------------------
+// Descriptors of one call, destroyed on every path out (the creates throw through RETORT_CUBLAS_CHECK).
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  LtDescriptors() = default;
+  LtDescriptors(const LtDescriptors&) = delete;
+  LtDescriptors& operator=(const LtDescriptors&) = delete;
+  ~LtDescriptors() {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+template <typename V>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const V& value) {
+  RETORT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+}
+
+// One column-major problem D [m, n] = op(A) op(B) (alpha 1, beta 0) with an epilogue, in one dtype.
+struct LtProblem {
+  cublasOperation_t trans_a, trans_b;
+  int64_t m, n, k;
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  void* d;  // ldd = m
+  cudaDataType type;
+  cublasLtEpilogue_t epilogue;
+  void* bias;  // the bias (read) or the bias gradient (written), length per the epilogue
+  void* aux;   // the GELU input, ld m; null when the epilogue has none
+};
+
+// The heuristic's pick depends on the shapes, the epilogue and the pointers' alignment; training asks for the
+// same few products every step, so the answer (or that there is none) is kept per device.
+using AlgoKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, int, int, int>;
+
+// (std::optional of the algorithm struct trips nvcc's front end, hence the flag.)
+struct CachedAlgo {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+struct AlgoCache {
+  std::mutex mutex;
+  std::map<AlgoKey, CachedAlgo> algos;
+};
+
+AlgoCache& algo_cache() {
+  static AlgoCache cache;
+  return cache;
+}
+
+// The largest power of two up to 16 that divides the address: the alignment the heuristic is told to assume
+// (its default, 256 bytes, would admit kernels that a view's offset breaks).
+uint32_t alignment_of(const void* ptr) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  uint32_t alignment = 16;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+const char* epilogue_name(cublasLtEpilogue_t epilogue) {
+  switch (epilogue) {
+    case CUBLASLT_EPILOGUE_BIAS:
+      return "the bias epilogue";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+      return "the bias + GELU epilogue";
+    case CUBLASLT_EPILOGUE_BGRADB:
+      return "the bias-gradient epilogue";
+    default:
+      return "an epilogue";
+  }
+}
+
+bool run_lt_matmul(const LtProblem& p);
+
+// Runs the product on the current device's stream; false (nothing written) when cuBLASLt has no kernel for it,
+// which is noted once per shape.
+bool lt_matmul(const LtProblem& p) {
+  if (run_lt_matmul(p)) return true;
+  note_epilogue_fallback(fmt::vformat(
+      "{} of a {} product, column-major [{} x {}] = op(A) op(B) with k = {} (trans {}{})",
+      fmt::make_format_args(epilogue_name(p.epilogue), p.type == CUDA_R_16BF ? "bf16" : "f32", p.m, p.n, p.k,
+                            p.trans_a == CUBLAS_OP_T ? "T" : "N", p.trans_b == CUBLAS_OP_T ? "T" : "N")));
+  return false;
+}
+
+bool run_lt_matmul(const LtProblem& p) {
+  LtDescriptors desc;
+  RETORT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_attribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(p.trans_a));
+  set_attribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(p.trans_b));
+  set_attribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(p.epilogue));
+  if (p.bias) set_attribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+  if (p.aux) {
+    set_attribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
+    set_attribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.m);
+  }
+  const bool a_plain = p.trans_a == CUBLAS_OP_N, b_plain = p.trans_b == CUBLAS_OP_N;
+  RETORT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, p.type, a_plain ? p.m : p.k, a_plain ? p.k : p.m, p.lda));
+  RETORT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, p.type, b_plain ? p.k : p.n, b_plain ? p.n : p.k, p.ldb));
+  RETORT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, p.type, p.m, p.n, p.m));
+  size_t workspace_bytes = 0;
+  void* workspace = rc::cublas_workspace(&workspace_bytes);
+  cublasLtHandle_t handle = rc::cublaslt_handle();
+
+  const uint32_t align_a = alignment_of(p.a), align_b = alignment_of(p.b), align_d = alignment_of(p.d);
+  const AlgoKey key{rc::current_device(),
+                    static_cast<int>(p.type),
+                    static_cast<int>(p.epilogue),
+                    p.m,
+                    p.n,
+                    p.k,
+                    static_cast<int>(p.trans_a) * 2 + static_cast<int>(p.trans_b),
+                    static_cast<int>(p.lda % 8),
+                    static_cast<int>(p.ldb % 8 + 8 * (align_a + 32 * (align_b + 32 * align_d)))};
+  CachedAlgo algo;
+  bool cached = false;
+  {
+    AlgoCache& cache = algo_cache();
+    std::lock_guard lock(cache.mutex);
+    auto it = cache.algos.find(key);
+    if (it != cache.algos.end()) {
+      algo = it->second;
+      cached = true;
+    }
+  }
+  if (cached && !algo.found) return false;
+  if (!cached) {
+    RETORT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
+    const uint64_t max_workspace = workspace_bytes;
+    RETORT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                             &max_workspace, sizeof(max_workspace)));
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}};
+    for (const auto& [attribute, bytes] : alignments)
+      RETORT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, attribute, &bytes, sizeof(bytes)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, desc.d, desc.d,
+                                                                 desc.preference, 1, &result, &found);
+    // A failed query (NOT_SUPPORTED, or INVALID_VALUE for a combination this cuBLASLt version rejects) or no result
+    // means no kernel for this epilogue, dtype and layout: the caller computes the same in separate kernels.
+    if (status == CUBLAS_STATUS_SUCCESS && found > 0) algo = {true, result.algo};
+    AlgoCache& cache = algo_cache();
+    std::lock_guard lock(cache.mutex);
+    cache.algos[key] = algo;
+    if (!algo.found) return false;
+  }
+  const float alpha = 1.f, beta = 0.f;
+  const cublasStatus_t status =
+      cublasLtMatmul(handle, desc.op, &alpha, p.a, desc.a, p.b, desc.b, &beta, p.d, desc.d, p.d, desc.d, &algo.algo,
+                     workspace, workspace_bytes, rc::current_stream());
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
+    AlgoCache& cache = algo_cache();
+    std::lock_guard lock(cache.mutex);
+    cache.algos[key] = CachedAlgo{};
+    return false;
+  }
+  RETORT_CUBLAS_CHECK(status);
+  return true;
+}
+
+// The epilogues read and write the bias and the GELU input with the output's element type and the aux matrix
+// with a leading dimension that is a multiple of 8; other layouts take the unfused path at once.
+bool epilogue_layout_ok(const Tensor& bias, int64_t aux_ld, bool with_aux) {
+  if (bias.defined() && !aligned16(bias.raw_data())) return false;
+  return !with_aux || aux_ld % 8 == 0;
+}
+
+}  // namespace
+
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, Tensor& pre_gelu) {
+  rc::DeviceGuard guard(device_of(out, "linear_forward"));
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  if (M == 0 || N == 0) return;
+  const bool gelu = pre_gelu.defined();
+  if (K > 0 && bias.defined() && epilogue_layout_ok(bias, N, gelu) && (!gelu || aligned16(pre_gelu.raw_data()))) {
+    // Row-major out [M, N] is column-major D [N, M] = W (stored [K, N] column-major, transposed) x^T.
+    const LtProblem p{CUBLAS_OP_T,
+                      CUBLAS_OP_N,
+                      N,
+                      M,
+                      K,
+                      weight.raw_data(),
+                      K,
+                      x.raw_data(),
+                      K,
+                      out.raw_data(),
+                      cuda_type(x.dtype()),
+                      gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS,
+                      bias.raw_data(),
+                      gelu ? pre_gelu.raw_data() : nullptr};
+    if (lt_matmul(p)) return;
+  }
+  // No epilogue for this case: the same result in separate passes.
+  Tensor& product = gelu ? pre_gelu : out;
+  gemm(x, weight, product, false, true, 1.0f, 0.0f);
+  if (bias.defined()) add_bias(product, bias, product);
+  if (gelu) gelu_forward(pre_gelu, out);
+}
+
+void linear_weight_grad(const Tensor& dy, const Tensor& x, Tensor& dweight, Tensor& dbias) {
+  rc::DeviceGuard guard(device_of(dweight, "linear_weight_grad"));
+  const int64_t M = dy.size(0), N = dy.size(1), K = x.size(1);
+  if (N == 0) return;
+  if (M > 0 && K > 0 && dbias.defined() && epilogue_layout_ok(dbias, 0, false)) {
+    // Row-major dW [N, K] is column-major D [K, N] = x^T (column-major [K, M]) dy (column-major [N, M],
+    // transposed); the bias gradient reduces B = dy over the product's inner dimension M (BGRADB).
+    const LtProblem p{CUBLAS_OP_N,
+                      CUBLAS_OP_T,
+                      K,
+                      N,
+                      M,
+                      x.raw_data(),
+                      K,
+                      dy.raw_data(),
+                      N,
+                      dweight.raw_data(),
+                      cuda_type(dy.dtype()),
+                      CUBLASLT_EPILOGUE_BGRADB,
+                      dbias.raw_data(),
+                      nullptr};
+    if (lt_matmul(p)) return;
+  }
+  gemm(dy, x, dweight, true, false, 1.0f, 0.0f);
+  if (dbias.defined()) sum_rows(dy, dbias, 0.0f);
 }
 
 }  // namespace retort::kernels::cuda

@@ -7,6 +7,10 @@
 // accumulator row for the weight and bias gradients (shared memory when it fits, else its own slice of a
 // global buffer): within a block every column is owned by one thread, so no atomics are needed, and a
 // second, deterministic column-sum pass adds the blocks' rows into dweight / dbias.
+// The fused residual forms (add_layer_norm, add_rms_norm) ride on the same kernels: the forward first writes the
+// row's sum x + r (rounded to the storage dtype) and then normalises the stored sum, reading it back in the same
+// thread-to-element order it was written in; the backward adds the residual stream's gathered gradient to dx
+// before its one rounding.
 #include "core/kernels/backends.h"
 
 namespace retort::kernels::cuda {
@@ -15,14 +19,33 @@ using namespace detail;
 
 constexpr int kMaxThreads = 512;
 
+// residual (may be null): x + residual is written to `sum` and normalised.
 template <typename T, typename W, bool kRms, bool kVec>
-__global__ void norm_forward_kernel(const T* x, const W* weight, const W* bias, T* y, float* mean, float* rstd,
-                                    int64_t rows, int64_t cols, float eps) {
+__global__ void norm_forward_kernel(const T* x, const T* residual, T* sum, const W* weight, const W* bias, T* y,
+                                    float* mean, float* rstd, int64_t rows, int64_t cols, float eps) {
   __shared__ float scratch[32];
   const float inv_cols = 1.f / static_cast<float>(cols);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
+    if (residual) {
+      const T* rr = residual + r * cols;
+      T* sr = sum + r * cols;
+      if constexpr (kVec) {
+        for (int64_t p = threadIdx.x; p < cols / 8; p += blockDim.x) {
+          float a[8], b[8];
+          load8(xr + 8 * p, a);
+          load8(rr + 8 * p, b);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) a[i] += b[i];
+          store8(sr + 8 * p, a);
+        }
+      } else {
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sr[c] = from_f32<T>(to_f32(xr[c]) + to_f32(rr[c]));
+      }
+      // Every later pass visits the same elements from the same threads, so each reads its own writes.
+      xr = sr;
+    }
     float mu = 0.f;
     if constexpr (!kRms) {
       float s = 0.f;
@@ -78,9 +101,11 @@ __global__ void norm_forward_kernel(const T* x, const W* weight, const W* bias, 
 }
 
 // acc (when not null) points at this block's accumulators: dweight at acc[0, cols), dbias at acc_bias.
+// dsum (may be null): a gradient added to dx (the residual stream's, in the fused forms).
 template <typename T, typename W, bool kRms, bool kVec>
-__global__ void norm_backward_kernel(const T* dy, const T* x, const W* weight, const float* mean, const float* rstd,
-                                     T* dx, float* partial, bool shared_acc, int64_t rows, int64_t cols) {
+__global__ void norm_backward_kernel(const T* dy, const T* dsum, const T* x, const W* weight, const float* mean,
+                                     const float* rstd, T* dx, float* partial, bool shared_acc, int64_t rows,
+                                     int64_t cols) {
   extern __shared__ float4 dynamic_smem[];
   __shared__ float scratch[64];
   float* dw_acc = nullptr;
@@ -160,21 +185,23 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const W* weight, c
     const float mean_gx = sums.y * inv_cols;
     if constexpr (kVec) {
       for (int64_t p = threadIdx.x; p < cols / 8; p += blockDim.x) {
-        float xv[8], gv[8], wv[8];
+        float xv[8], gv[8], wv[8], sv[8] = {};
         load8(xr + 8 * p, xv);
         load8(dyr + 8 * p, gv);
         load8(weight + 8 * p, wv);
+        if (dsum) load8(dsum + r * cols + 8 * p, sv);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const float xhat = (xv[i] - mu) * rs;
-          xv[i] = rs * (__fmul_rn(gv[i], wv[i]) - mean_g - xhat * mean_gx);
+          xv[i] = rs * (__fmul_rn(gv[i], wv[i]) - mean_g - xhat * mean_gx) + sv[i];
         }
         store8(dxr + 8 * p, xv);
       }
     } else {
       for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
         const float xhat = (to_f32(xr[c]) - mu) * rs;
-        dxr[c] = from_f32<T>(rs * (__fmul_rn(to_f32(dyr[c]), to_f32(weight[c])) - mean_g - xhat * mean_gx));
+        const float carried = dsum ? to_f32(dsum[r * cols + c]) : 0.f;
+        dxr[c] = from_f32<T>(rs * (__fmul_rn(to_f32(dyr[c]), to_f32(weight[c])) - mean_g - xhat * mean_gx) + carried);
       }
     }
   }
@@ -196,9 +223,10 @@ RowShape row_shape(const Tensor& x) {
   return {cols == 0 ? 0 : x.numel() / cols, cols};
 }
 
+// residual and sum: both defined (the fused add + norm) or both undefined.
 template <bool kRms>
-void norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y, Tensor* mean,
-                  Tensor& rstd, const char* op) {
+void norm_forward(const Tensor& x, const Tensor& residual, Tensor& sum, const Tensor& weight, const Tensor& bias,
+                  float eps, Tensor& y, Tensor* mean, Tensor& rstd, const char* op) {
   rc::DeviceGuard guard(device_of(x, op));
   check(y.dtype() == x.dtype(), "{} (CUDA): y {} must have the dtype of x {}", op, y.describe(), x.describe());
   check(rstd.dtype() == DType::F32 && (!mean || mean->dtype() == DType::F32),
@@ -207,24 +235,32 @@ void norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
         bias.describe(), weight.describe());
   const auto [rows, cols] = row_shape(x);
   if (rows == 0) return;
-  const bool vec = rows_vectorizable(x.raw_data(), cols) && rows_vectorizable(y.raw_data(), cols) &&
-                   aligned16(weight.raw_data()) && (!bias.defined() || aligned16(bias.raw_data()));
+  const bool fused = residual.defined();
+  check(!fused || (residual.dtype() == x.dtype() && sum.dtype() == x.dtype()),
+        "{} (CUDA): residual {} and sum {} must have the dtype of x {}", op, residual.describe(), sum.describe(),
+        x.describe());
+  const bool vec =
+      rows_vectorizable(x.raw_data(), cols) && rows_vectorizable(y.raw_data(), cols) && aligned16(weight.raw_data()) &&
+      (!bias.defined() || aligned16(bias.raw_data())) &&
+      (!fused || (rows_vectorizable(residual.raw_data(), cols) && rows_vectorizable(sum.raw_data(), cols)));
   dispatch_float(x.dtype(), op, [&](auto tx) {
     dispatch_float(weight.dtype(), op, [&](auto tw) {
       using T = typename decltype(tx)::type;
       using W = typename decltype(tw)::type;
       auto kernel = vec ? norm_forward_kernel<T, W, kRms, true> : norm_forward_kernel<T, W, kRms, false>;
       kernel<<<row_grid(rows), row_threads(cols, kMaxThreads), 0, rc::current_stream()>>>(
-          x.data<T>(), weight.data<W>(), bias.defined() ? bias.data<W>() : nullptr, y.data<T>(),
-          mean ? mean->data<float>() : nullptr, rstd.data<float>(), rows, cols, eps);
+          x.data<T>(), fused ? residual.data<T>() : nullptr, fused ? sum.data<T>() : nullptr, weight.data<W>(),
+          bias.defined() ? bias.data<W>() : nullptr, y.data<T>(), mean ? mean->data<float>() : nullptr,
+          rstd.data<float>(), rows, cols, eps);
       RETORT_CUDA_CHECK_LAUNCH();
     });
   });
 }
 
+// dsum (may be undefined): added to dx.
 template <bool kRms>
-void norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor* mean, const Tensor& rstd,
-                   Tensor& dx, Tensor& dweight, Tensor* dbias, const char* op) {
+void norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& x, const Tensor& weight, const Tensor* mean,
+                   const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor* dbias, const char* op) {
   rc::DeviceGuard guard(device_of(x, op));
   check(dy.dtype() == x.dtype() && dx.dtype() == x.dtype(), "{} (CUDA): dy {}, x {} and dx {} must share a dtype", op,
         dy.describe(), x.describe(), dx.describe());
@@ -234,8 +270,11 @@ void norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, cons
   const bool want_dw = dweight.defined();
   const bool want_db = !kRms && dbias && dbias->defined();
   if (rows == 0 || cols == 0) return;
+  check(!dsum.defined() || dsum.dtype() == x.dtype(), "{} (CUDA): residual gradient {} must have the dtype of {}", op,
+        dsum.describe(), x.describe());
   const bool vec = rows_vectorizable(x.raw_data(), cols) && rows_vectorizable(dy.raw_data(), cols) &&
-                   rows_vectorizable(dx.raw_data(), cols) && aligned16(weight.raw_data());
+                   rows_vectorizable(dx.raw_data(), cols) && aligned16(weight.raw_data()) &&
+                   (!dsum.defined() || rows_vectorizable(dsum.raw_data(), cols));
   const int threads = row_threads(cols, kMaxThreads);
   const int accumulators = kRms ? 1 : 2;
   const cudaDeviceProp& props = rc::device_properties(rc::current_device());
@@ -265,8 +304,8 @@ void norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, cons
       if (want_grads) partial.emplace(static_cast<size_t>(accumulators * blocks * cols) * sizeof(float));
       float* p = want_grads ? static_cast<float*>(partial->data()) : nullptr;
       kernel<<<static_cast<unsigned>(blocks), threads, smem, stream>>>(
-          dy.data<T>(), x.data<T>(), weight.data<W>(), mean ? mean->data<float>() : nullptr, rstd.data<float>(),
-          dx.data<T>(), p, shared_acc, rows, cols);
+          dy.data<T>(), dsum.defined() ? dsum.data<T>() : nullptr, x.data<T>(), weight.data<W>(),
+          mean ? mean->data<float>() : nullptr, rstd.data<float>(), dx.data<T>(), p, shared_acc, rows, cols);
       RETORT_CUDA_CHECK_LAUNCH();
       if (want_dw) column_sum(p, DType::F32, blocks, cols, dweight.raw_data(), dweight.dtype(), 1.f);
       if (want_db) column_sum(p + blocks * cols, DType::F32, blocks, cols, dbias->raw_data(), dbias->dtype(), 1.f);
@@ -278,21 +317,43 @@ void norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, cons
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y, Tensor& mean,
                         Tensor& rstd) {
-  norm_forward<false>(x, weight, bias, eps, y, &mean, rstd, "layer_norm_forward");
+  Tensor no_sum;
+  norm_forward<false>(x, Tensor(), no_sum, weight, bias, eps, y, &mean, rstd, "layer_norm_forward");
 }
 
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
-  norm_backward<false>(dy, x, weight, &mean, rstd, dx, dweight, &dbias, "layer_norm_backward");
+  norm_backward<false>(dy, Tensor(), x, weight, &mean, rstd, dx, dweight, &dbias, "layer_norm_backward");
 }
 
 void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, Tensor& y, Tensor& rstd) {
-  norm_forward<true>(x, weight, Tensor(), eps, y, nullptr, rstd, "rms_norm_forward");
+  Tensor no_sum;
+  norm_forward<true>(x, Tensor(), no_sum, weight, Tensor(), eps, y, nullptr, rstd, "rms_norm_forward");
 }
 
 void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, Tensor& dx,
                        Tensor& dweight) {
-  norm_backward<true>(dy, x, weight, nullptr, rstd, dx, dweight, nullptr, "rms_norm_backward");
+  norm_backward<true>(dy, Tensor(), x, weight, nullptr, rstd, dx, dweight, nullptr, "rms_norm_backward");
+}
+
+void add_layer_norm_forward(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, float eps,
+                            Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd) {
+  norm_forward<false>(x, r, sum, weight, bias, eps, y, &mean, rstd, "add_layer_norm_forward");
+}
+
+void add_layer_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& sum, const Tensor& weight,
+                             const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  norm_backward<false>(dy, dsum, sum, weight, &mean, rstd, dx, dweight, &dbias, "add_layer_norm_backward");
+}
+
+void add_rms_norm_forward(const Tensor& x, const Tensor& r, const Tensor& weight, float eps, Tensor& sum, Tensor& y,
+                          Tensor& rstd) {
+  norm_forward<true>(x, r, sum, weight, Tensor(), eps, y, nullptr, rstd, "add_rms_norm_forward");
+}
+
+void add_rms_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& sum, const Tensor& weight,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight) {
+  norm_backward<true>(dy, dsum, sum, weight, nullptr, rstd, dx, dweight, nullptr, "add_rms_norm_backward");
 }
 
 }  // namespace retort::kernels::cuda

@@ -311,6 +311,24 @@ std::vector<OpCase> build_table() {
                     return 2.0 * static_cast<double>(std::max<int64_t>(d[0], 1) * d[1] * d[2] * d[3]);
                   }));
 
+  // gelu(x W^T + b) in one node (the GPU's bias + GELU epilogue). dims as for linear. Widths that are multiples of 8
+  // take cuBLASLt's epilogue on the GPU; 65 and the bias-free case take its fallback (product, add_bias, gelu).
+  t.push_back(OpCase(
+                  "linear_gelu",
+                  [](const Dims& d) {
+                    std::vector<Input> in = {activation("x", matmul_operand(d[0], d[1], d[2]), uniform(-1, 1)),
+                                             weight("weight", {d[3], d[2]}, uniform(-1, 1))};
+                    if (d[4]) in.push_back(weight("bias", {d[3]}, uniform(-1, 1)));
+                    return in;
+                  },
+                  [](const auto& in, const Dims& d) { return ops::linear_gelu(in[0], in[1], d[4] ? in[2] : Tensor()); })
+                  .gradcheck_at({{2, 3, 4, 5, 1}, {0, 3, 4, 2, 0}})
+                  .compare_at({{0, 37, 64, 128, 1}, {2, 33, 64, 96, 1}, {0, 37, 1023, 65, 1}, {0, 64, 128, 256, 0}})
+                  .time_at({{0, 8192, 768, 3072, 1}})
+                  .counting_flops([](const Dims& d) {
+                    return 2.0 * static_cast<double>(std::max<int64_t>(d[0], 1) * d[1] * d[2] * d[3]);
+                  }));
+
   // ---- normalisation and softmax over the last dim ----
   // dims: rows, cols, with a bias (1) or none (0). Weights near 1, as trained ones are.
   t.push_back(OpCase(
@@ -337,6 +355,38 @@ std::vector<OpCase> build_table() {
                   .gradcheck_at({{4, 7}})
                   .compare_at({kNormShapes.begin() + 1, kNormShapes.end()})
                   .time_at({{8192, 768}})
+                  .stored_as({{DType::F32, DType::F32}, {DType::BF16, DType::BF16}, {DType::BF16, DType::F32}}));
+  // The residual add + norm of a pre-norm block. dims: rows, cols, with a bias (1) or none (0) for the LayerNorm,
+  // and which outputs the result reads: 1 = sum + 1.5 normed (the stream's gradient from the add reaches the norm's
+  // backward kernel and is folded into it), 0 = normed alone (nothing to fold).
+  const auto residual_inputs = [](const Dims& d, bool with_bias) {
+    std::vector<Input> in = {activation("x", {d[0], d[1]}, normal(2.0)), activation("r", {d[0], d[1]}, normal(1.0)),
+                             weight("weight", {d[1]}, uniform(0.5, 1.5))};
+    if (with_bias) in.push_back(weight("bias", {d[1]}, uniform(-2, 2)));
+    return in;
+  };
+  const auto read_outputs = [](const ops::ResidualNorm& o, bool both) {
+    return both ? ops::add(o.sum, ops::scale(o.normed, 1.5)) : o.normed;
+  };
+  t.push_back(OpCase(
+                  "add_layer_norm", [residual_inputs](const Dims& d) { return residual_inputs(d, d[2] != 0); },
+                  [read_outputs](const auto& in, const Dims& d) {
+                    return read_outputs(ops::add_layer_norm(in[0], in[1], in[2], d[2] ? in[3] : Tensor()), d[3] != 0);
+                  })
+                  .gradcheck_at({{4, 7, 1, 1}, {3, 6, 0, 1}, {3, 5, 1, 0}})
+                  .compare_at(concat_dims({with_flag(with_flag(kNormShapes, {1}), {1}),
+                                           {{37, 64, 0, 1}, {37, 7, 1, 0}, {300, 768, 1, 0}, {37, 1023, 0, 0}}}))
+                  .time_at({{8192, 768, 1, 1}})
+                  .stored_as({{DType::F32, DType::F32}, {DType::BF16, DType::BF16}, {DType::BF16, DType::F32}}));
+  t.push_back(OpCase(
+                  "add_rms_norm", [residual_inputs](const Dims& d) { return residual_inputs(d, false); },
+                  [read_outputs](const auto& in, const Dims& d) {
+                    return read_outputs(ops::add_rms_norm(in[0], in[1], in[2]), d[2] != 0);
+                  })
+                  .gradcheck_at({{4, 7, 1}, {3, 5, 0}})
+                  .compare_at(concat_dims(
+                      {with_flag({kNormShapes.begin() + 1, kNormShapes.end()}, {1}), {{37, 7, 0}, {300, 768, 0}}}))
+                  .time_at({{8192, 768, 1}})
                   .stored_as({{DType::F32, DType::F32}, {DType::BF16, DType::BF16}, {DType::BF16, DType::F32}}));
   // dims: rows, cols, the row that is all -inf (-1: none; the CPU gives zeros for it, not NaN).
   t.push_back(OpCase(

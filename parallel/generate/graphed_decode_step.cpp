@@ -6,7 +6,6 @@
 #include <cstring>
 #include <string>
 
-#include "core/kernels/kernels.h"
 #include "core/util/error.h"
 #include "parallel/generate/kv_cache.h"
 #include "parallel/generate/sampler_kernels.h"
@@ -63,10 +62,10 @@ struct GraphedDecodeStep::State {
   void* host_in = nullptr;
   size_t in_bytes = 0;
   Tensor inputs, ids, positions;
-  // Pinned results of the sampler pass: argmax [batch] f32 values then [batch] i32 ids; Gumbel [batch] u64.
+  // Pinned results of the sampler pass: [batch] packed winners (u64).
   void* host_out = nullptr;
   size_t out_bytes = 0;
-  Tensor top_values, top_ids, winners, logits;  // device outputs of the step (logits: only for pass None)
+  Tensor winners, logits;  // device outputs of the step (logits: only for pass None)
   Tensor inv_freq;
 
   cudaGraphExec_t exec = nullptr;
@@ -78,9 +77,9 @@ struct GraphedDecodeStep::State {
       : model(m), cache(c), dtype(d), sampling(s), pass(single_pass_sampling(s)) {}
 
   ~State() {
-    if (exec) cudaGraphExecDestroy(exec);
-    // The buffers may still be read by queued work; wait for it before handing the pinned pages back.
+    // The buffers may still be read by queued work; wait for it before handing the graph and the pinned pages back.
     if (stream) cudaStreamSynchronize(stream);
+    if (exec) cudaGraphExecDestroy(exec);
     if (host_in) cudaFreeHost(host_in);
     if (host_out) cudaFreeHost(host_out);
   }
@@ -96,15 +95,10 @@ struct GraphedDecodeStep::State {
     // memory nodes with fixed addresses.
     const Tensor step_logits = model.decode_step(ids, positions, inv_freq, cache, dtype);
     switch (pass) {
-      case SinglePassSampling::Argmax: {
-        Tensor no_lse;
-        ::retort::kernels::topk(step_logits, 0, Tensor(), top_values, top_ids, no_lse);
-        const size_t half = static_cast<size_t>(batch) * sizeof(float);
-        RETORT_CUDA_CHECK(cudaMemcpyAsync(host_out, top_values.raw_data(), half, cudaMemcpyDeviceToHost, stream));
-        RETORT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(host_out) + half, top_ids.raw_data(), half,
-                                          cudaMemcpyDeviceToHost, stream));
+      case SinglePassSampling::Argmax:
+        kernels::cuda::enqueue_argmax(step_logits, 0, winners.data<uint64_t>());
+        RETORT_CUDA_CHECK(cudaMemcpyAsync(host_out, winners.raw_data(), out_bytes, cudaMemcpyDeviceToHost, stream));
         break;
-      }
       case SinglePassSampling::Gumbel:
         kernels::cuda::enqueue_best_gumbel(step_logits, 0, sampling.temperature, sampling.seed,
                                            static_cast<const SamplerRowParams*>(inputs.raw_data()),
@@ -174,8 +168,6 @@ GraphedDecodeStep::GraphedDecodeStep(const GptModel& model, KvCache& cache, DTyp
   s.positions = s.inputs.rows(5 * B, B).view({B, 1});
   s.out_bytes = static_cast<size_t>(B) * 8;
   RETORT_CUDA_CHECK(cudaMallocHost(&s.host_out, s.out_bytes));
-  s.top_values = Tensor::empty({B, 1}, DType::F32, s.device);
-  s.top_ids = Tensor::empty({B, 1}, DType::I32, s.device);
   s.winners = Tensor::empty({2 * B}, DType::I32, s.device);  // B 64-bit words
   if (s.pass == SinglePassSampling::None) {
     const int64_t local_vocab = model.config().padded_vocab(1);
@@ -212,13 +204,8 @@ std::vector<int32_t> GraphedDecodeStep::run(const std::vector<int32_t>& last, co
   ++s.steps;
   if (s.pass == SinglePassSampling::None) return sample_next_tokens(s.logits, s.sampling, row_keys);
   RETORT_CUDA_CHECK(cudaStreamSynchronize(s.stream));
-  if (s.pass == SinglePassSampling::Argmax) {
-    const auto* values = static_cast<const float*>(s.host_out);
-    const auto* ids = reinterpret_cast<const int32_t*>(values + B);
-    return tokens_from_argmax(std::vector<float>(values, values + B), std::vector<int32_t>(ids, ids + B));
-  }
   const auto* winners = static_cast<const uint64_t*>(s.host_out);
-  return tokens_from_gumbel(std::vector<uint64_t>(winners, winners + B));
+  return tokens_from_winners(std::vector<uint64_t>(winners, winners + B), s.pass);
 }
 
 bool GraphedDecodeStep::graphed() const {

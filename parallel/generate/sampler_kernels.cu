@@ -57,6 +57,22 @@ __global__ void best_gumbel_kernel(const T* logits, int64_t cols, int64_t blocks
 }
 
 template <typename T>
+__global__ void argmax_kernel(const T* logits, int64_t cols, int64_t blocks_per_row, int64_t index_base,
+                              unsigned long long* best) {
+  const int64_t row = blockIdx.x / blocks_per_row;
+  const int64_t begin = (blockIdx.x % blocks_per_row) * kColumnsPerBlock;
+  const int64_t end = min(cols, begin + kColumnsPerBlock);
+  const T* x = logits + row * cols;
+  uint64_t mine = 0;
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    const uint64_t candidate = sm::pack_candidate(sm::order_key(to_f32(x[j])), index_base + j);
+    mine = candidate > mine ? candidate : mine;
+  }
+  mine = warp_max_u64(mine);
+  if (threadIdx.x % 32 == 0 && mine != 0) atomicMax(best + row, static_cast<unsigned long long>(mine));
+}
+
+template <typename T>
 __global__ void nucleus_histogram_kernel(const T* logits, int64_t cols, int64_t blocks_per_row, double temperature,
                                          uint32_t mask, int shift, const RowParams* params, unsigned long long* bins) {
   const int64_t row = blockIdx.x / blocks_per_row;
@@ -169,6 +185,21 @@ void enqueue_best_gumbel(const Tensor& logits, int64_t index_base, double temper
     using T = typename decltype(tag)::type;
     launch_best_gumbel<T>(logits, blocks_per_row, static_cast<unsigned>(rows * blocks_per_row), index_base,
                           temperature, seed, params, reinterpret_cast<unsigned long long*>(best), stream);
+  });
+  RETORT_CUDA_CHECK_LAUNCH();
+}
+
+void enqueue_argmax(const Tensor& logits, int64_t index_base, uint64_t* best) {
+  rc::DeviceGuard guard(device_of(logits, "sampler"));
+  const int64_t rows = logits.size(0);
+  if (rows == 0) return;
+  const cudaStream_t stream = rc::current_stream();
+  RETORT_CUDA_CHECK(cudaMemsetAsync(best, 0, static_cast<size_t>(rows) * sizeof(uint64_t), stream));
+  const int64_t blocks_per_row = blocks_per_row_of(logits);
+  dispatch_float(logits.dtype(), "sampler", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    argmax_kernel<T><<<static_cast<unsigned>(rows * blocks_per_row), kThreads, 0, stream>>>(
+        logits.data<T>(), logits.size(1), blocks_per_row, index_base, reinterpret_cast<unsigned long long*>(best));
   });
   RETORT_CUDA_CHECK_LAUNCH();
 }

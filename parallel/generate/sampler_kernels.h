@@ -44,6 +44,11 @@ RETORT_SAMPLER_KERNELS
 // no host copy and no wait, so a CUDA graph can capture it and each replay reads the row keys written before it.
 void enqueue_best_gumbel(const Tensor& logits, int64_t index_base, double temperature, uint64_t seed,
                          const SamplerRowParams* params, uint64_t* best);
+// Greedy decoding's pass, enqueued the same way: best[r] = the max over the row's columns j of
+// sampling::pack_candidate(order_key(logits[r, j]), index_base + j), i.e. the row's largest logit (NaN above
+// everything, -0 = +0) and the smallest id holding it, packed: what kernels::topk with k = 1 finds, spread over
+// many blocks per row instead of one.
+void enqueue_argmax(const Tensor& logits, int64_t index_base, uint64_t* best);
 }  // namespace cuda
 #endif
 

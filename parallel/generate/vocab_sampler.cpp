@@ -112,12 +112,6 @@ void check_row(uint32_t top_key, int64_t row, bool sampling) {
                      kOp, row);
 }
 
-std::vector<uint64_t> pack_top1(const std::vector<float>& top, const std::vector<int32_t>& ids) {
-  std::vector<uint64_t> packed(top.size());
-  for (size_t r = 0; r < packed.size(); ++r) packed[r] = sm::pack_candidate(sm::order_key(top[r]), ids[r]);
-  return packed;
-}
-
 // Every row's (max logit, smallest id holding it) over the whole vocabulary, packed: the local top-1 of the shard
 // kernel, then one MAX all-reduce.
 std::vector<uint64_t> global_argmax(const Tensor& logits, int64_t index_base, Communicator* group) {
@@ -126,7 +120,10 @@ std::vector<uint64_t> global_argmax(const Tensor& logits, int64_t index_base, Co
   Tensor indices = Tensor::empty({rows, 1}, DType::I32, logits.device());
   Tensor no_lse;
   ::retort::kernels::topk(logits, index_base, Tensor(), values, indices, no_lse);
-  std::vector<uint64_t> packed = pack_top1(values.to_floats(), indices.to_ints());
+  const std::vector<float> top = values.to_floats();
+  const std::vector<int32_t> ids = indices.to_ints();
+  std::vector<uint64_t> packed(static_cast<size_t>(rows));
+  for (size_t r = 0; r < packed.size(); ++r) packed[r] = sm::pack_candidate(sm::order_key(top[r]), ids[r]);
   max_over_group(packed, group, logits);
   return packed;
 }
@@ -295,14 +292,9 @@ SinglePassSampling single_pass_sampling(const SamplingOptions& options) {
   return SinglePassSampling::None;
 }
 
-std::vector<int32_t> tokens_from_argmax(const std::vector<float>& top_values, const std::vector<int32_t>& top_ids) {
-  RETORT_CHECK(top_values.size() == top_ids.size(), "{}: {} row maxima with {} ids", kOp, top_values.size(),
-               top_ids.size());
-  return winners_to_tokens(pack_top1(top_values, top_ids), false);
-}
-
-std::vector<int32_t> tokens_from_gumbel(const std::vector<uint64_t>& winners) {
-  return winners_to_tokens(winners, true);
+std::vector<int32_t> tokens_from_winners(const std::vector<uint64_t>& winners, SinglePassSampling pass) {
+  RETORT_CHECK(pass != SinglePassSampling::None, "{}: no single pass picks these tokens", kOp);
+  return winners_to_tokens(winners, pass == SinglePassSampling::Gumbel);
 }
 
 }  // namespace retort::generate

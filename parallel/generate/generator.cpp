@@ -74,7 +74,12 @@ std::vector<GeneratedSequence> generate_tokens(const GptModel& model, const std:
 
   const Device device = model.named_parameters().front().second.device();
   // The weights in the compute dtype once for the whole generation (null for f32: nothing to cast).
-  const std::shared_ptr<GptModel> inference = model.inference_copy(options.compute_dtype);
+  std::shared_ptr<const GptModel> inference = options.inference_model;
+  if (!inference) inference = model.inference_copy(options.compute_dtype);
+  RETORT_INPUT_CHECK(!inference || inference->config().n_layer == config.n_layer,
+                     "GenerationOptions::inference_model has {} layers, the model {}: pass the model's own "
+                     "inference_copy(compute_dtype)",
+                     inference ? inference->config().n_layer : 0, config.n_layer);
   const GptModel& net = inference ? *inference : model;
   // The last token of a sequence is never fed back, so prompt + max_new_tokens positions always suffice.
   const int64_t capacity = std::min(config.block_size, longest + options.max_new_tokens);

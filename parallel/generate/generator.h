@@ -19,6 +19,10 @@ struct GenerationOptions {
   // (parallel/generate/graphed_decode_step.h): the same tokens, bit for bit, without a host launch per kernel.
   // false (or RETORT_DECODE_GRAPHS=0 in the environment) launches every kernel of every step from the host.
   bool cuda_graphs = true;
+  // The model's GptModel::inference_copy(compute_dtype) to run on; null: each call makes its own (one pass over the
+  // weights and a model's worth of host allocations). A caller generating many batches with unchanged weights makes
+  // it once and passes it to every call.
+  std::shared_ptr<const GptModel> inference_model;
   // The identity of each prompt's sequence (empty: 0, 1, ..., n - 1). The sampler keys a row by (sequence id,
   // position), so a sequence draws the same tokens alone or in any batch when it keeps its id: a caller that
   // splits prompts into batches passes each prompt's global index. Sized like the prompts when given.

@@ -73,10 +73,14 @@ class Gpt(nn.Module):
     def setup_static_caches(self, batch, capacity, dtype):
         """The static KV cache of --compile: one key and one value buffer per layer, [B, H, capacity, hd]."""
         heads, d = self.blocks[0].heads, self.wte.weight.size(1)
+        # Fixed addresses, so that the CUDA graphs of reduce-overhead may write the caches in place.
+        mark_static = getattr(getattr(torch, "_dynamo", None), "mark_static_address", None)
         for i in range(len(self.blocks)):
             for kind in ("k", "v"):
-                self.register_buffer(f"cache_{kind}{i}", torch.zeros(batch, heads, capacity, d // heads, dtype=dtype,
-                                                                     device=self.wte.weight.device), persistent=False)
+                cache = torch.zeros(batch, heads, capacity, d // heads, dtype=dtype, device=self.wte.weight.device)
+                if mark_static is not None:
+                    mark_static(cache)
+                self.register_buffer(f"cache_{kind}{i}", cache, persistent=False)
         self.static_caches = len(self.blocks)
 
     def caches(self):

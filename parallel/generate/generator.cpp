@@ -85,7 +85,8 @@ std::vector<GeneratedSequence> generate_tokens(const GptModel& model, const std:
   const int64_t capacity = std::min(config.block_size, longest + options.max_new_tokens);
   KvCache cache(net, n, capacity, options.compute_dtype, device);
   std::optional<GraphedDecodeStep> graphed;
-  if (decode_graph_applies(net, options.cuda_graphs)) graphed.emplace(net, cache, options.compute_dtype, options.sampling);
+  if (decode_graph_applies(net, options.cuda_graphs))
+    graphed.emplace(net, cache, options.compute_dtype, options.sampling);
 
   std::vector<GeneratedSequence> out(static_cast<size_t>(n));
   std::vector<bool> finished(static_cast<size_t>(n), false);

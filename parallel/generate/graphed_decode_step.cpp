@@ -124,7 +124,8 @@ struct GraphedDecodeStep::State {
       failure = e.what();
     }
     const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-    if (failure.empty() && ended != cudaSuccess) failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(ended);
+    if (failure.empty() && ended != cudaSuccess)
+      failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(ended);
     if (failure.empty()) {
       size_t count = 0;
       cudaGraphGetNodes(graph, nullptr, &count);

@@ -183,8 +183,8 @@ void enqueue_best_gumbel(const Tensor& logits, int64_t index_base, double temper
   const int64_t blocks_per_row = blocks_per_row_of(logits);
   dispatch_float(logits.dtype(), "sampler", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launch_best_gumbel<T>(logits, blocks_per_row, static_cast<unsigned>(rows * blocks_per_row), index_base,
-                          temperature, seed, params, reinterpret_cast<unsigned long long*>(best), stream);
+    launch_best_gumbel<T>(logits, blocks_per_row, static_cast<unsigned>(rows * blocks_per_row), index_base, temperature,
+                          seed, params, reinterpret_cast<unsigned long long*>(best), stream);
   });
   RETORT_CUDA_CHECK_LAUNCH();
 }

@@ -86,8 +86,8 @@ Tensor GptBlock::forward(const Tensor& x, DType compute_dtype) const {
 Tensor GptBlock::forward_cached(const Tensor& x, generate::KvCache& cache, int64_t layer, const Tensor& starts,
                                 DType compute_dtype) const {
   const Tensor qkv = qkv_->forward(ln_1_->forward(x), compute_dtype);
-  const Tensor attn = ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts,
-                                                   static_cast<int>(local_heads_));
+  const Tensor attn =
+      ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts, static_cast<int>(local_heads_));
   Tensor h = ops::add(x, attn_proj_->forward(attn, compute_dtype));
   Tensor mlp = mlp_proj_->forward(ops::gelu(fc_->forward(ln_2_->forward(h), compute_dtype)), compute_dtype);
   return ops::add(h, mlp);

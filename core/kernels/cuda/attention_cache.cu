@@ -7,18 +7,18 @@
 // Decode (few new queries per row): one block per (row, head, new query), which also appends the new positions to
 // the cache in the same launch (one kernel per layer and step, not two): a key at or past the row's start is read
 // straight from the new k / v rows instead of the cache, so no block waits for another's write, and the block of
-// the first query head of each key/value head writes its query's position into the cache for the next steps. Decoding reads every cached key and
-// value once per step and does little arithmetic with them, so the kernel is a streaming read tuned for memory
-// parallelism: the lanes of a warp form groups of G lanes, a group reads one key (each lane a 16-byte vector of
-// it) and its value, the block's groups take consecutive keys so that a block iteration reads one contiguous
-// stretch of the cache, and every group unrolls two keys so that four rows are in flight per group before any
-// reduction. A group's dot product is a G-lane shuffle reduction; each group keeps a running max, sum and output
+// the first query head of each key/value head writes its query's position into the cache for the next steps. Decoding
+// reads every cached key and value once per step and does little arithmetic with them, so the kernel is a streaming
+// read tuned for memory parallelism: the lanes of a warp form groups of G lanes, a group reads one key (each lane a
+// 16-byte vector of it) and its value, the block's groups take consecutive keys so that a block iteration reads one
+// contiguous stretch of the cache, and every group unrolls two keys so that four rows are in flight per group before
+// any reduction. A group's dot product is a G-lane shuffle reduction; each group keeps a running max, sum and output
 // (online softmax), so the keys are read once; groups are merged by shuffles, warps through shared memory.
 //
 // Prefill (many new queries per row): the new keys and values are first copied into the cache (append_kernel);
-// then one block per (row, head, tile of queries) attends. Key and value tiles are staged
-// in shared memory once per query tile instead of once per query; lane j of a warp scores key j of the tile
-// against one query, and the lanes then own head dimensions for the weighted sum of values.
+// then one block per (row, head, tile of queries) attends. Key and value tiles are staged in shared memory once per
+// query tile instead of once per query; lane j of a warp scores key j of the tile against one query, and the lanes
+// then own head dimensions for the weighted sum of values.
 //
 // Grouped-query heads: query head h reads key/value head h / group of the cache [B, KV, cap, D]. q, k and v are read
 // through row strides, so the packed [B, Tn, 3C] projections of GPT are the case group = 1 with stride 3C.
@@ -341,8 +341,8 @@ void launch_decode(const T* q, Queries qs, const T* k_new, const T* v_new, int64
   const unsigned blocks = static_cast<unsigned>(B * qs.H * Tn);
   const auto run = [&](auto vec, auto groups, auto chunks) {
     decode_kernel<T, decltype(vec)::value, decltype(groups)::value, decltype(chunks)::value>
-        <<<blocks, kDecodeWarps * 32, 0, rc::current_stream()>>>(q, qs, k_new, v_new, kv_stride, starts, k, v, out,
-                                                                Tn, D, cap, scale);
+        <<<blocks, kDecodeWarps * 32, 0, rc::current_stream()>>>(q, qs, k_new, v_new, kv_stride, starts, k, v, out, Tn,
+                                                                 D, cap, scale);
   };
   using I = std::integral_constant<int, 1>;
   constexpr int kVec = 16 / sizeof(T);

@@ -121,8 +121,8 @@ TEST(AttentionWithCacheCuda, GroupedQueryDecodeEqualsTheCpu) {
         const Tensor q = make({B, Tn, H * D}, 1), k = make({B, Tn, KV * D}, 2), v = make({B, Tn, KV * D}, 3);
         const Tensor k0 = make({B, KV, cap, D}, 4), v0 = make({B, KV, cap, D}, 5);
         Tensor kc_cpu = k0.clone(), vc_cpu = v0.clone();
-        const Tensor out_cpu = ops::attention_with_kv_cache(q, k, v, kc_cpu, vc_cpu, starts, static_cast<int>(H),
-                                                            static_cast<int>(KV));
+        const Tensor out_cpu =
+            ops::attention_with_kv_cache(q, k, v, kc_cpu, vc_cpu, starts, static_cast<int>(H), static_cast<int>(KV));
         const Device gpu = Device::cuda(0);
         Tensor kc_gpu = k0.to(gpu), vc_gpu = v0.to(gpu);
         const Tensor out_gpu = ops::attention_with_kv_cache(q.to(gpu), k.to(gpu), v.to(gpu), kc_gpu, vc_gpu, starts,

@@ -61,8 +61,8 @@ std::vector<std::vector<float>> run_script(const GptModel& model, DType dtype, i
     std::copy(kPrompts[b].begin(), kPrompts[b].end(), padded.begin() + b * width);
     valid.push_back(static_cast<int64_t>(kPrompts[b].size()));
   }
-  std::vector<std::vector<float>> out{model.forward_cached(Tensor::from_ints(padded, {B, width}), valid, cache, dtype)
-                                          .to_floats()};
+  std::vector<std::vector<float>> out{
+      model.forward_cached(Tensor::from_ints(padded, {B, width}), valid, cache, dtype).to_floats()};
   const Tensor inv_freq = model.rope_frequencies(Device::cpu());
   for (int step = 0; step < steps; ++step) {
     std::vector<int32_t> tokens, positions;
@@ -73,8 +73,8 @@ std::vector<std::vector<float>> run_script(const GptModel& model, DType dtype, i
     const std::vector<int64_t> ones(static_cast<size_t>(B), 1);
     if (use_decode_step) {
       out.push_back(model
-                        .decode_step(Tensor::from_ints(tokens, {B, 1}), Tensor::from_ints(positions, {B, 1}),
-                                     inv_freq, cache, dtype)
+                        .decode_step(Tensor::from_ints(tokens, {B, 1}), Tensor::from_ints(positions, {B, 1}), inv_freq,
+                                     cache, dtype)
                         .to_floats());
       cache.advance(ones);
     } else {
@@ -112,8 +112,9 @@ TEST(InferenceCopy, CastsWhatTheForwardCastsAndSharesTheRest) {
     for (const auto& [name, t] : copy->named_parameters()) {
       SCOPED_TRACE(name);
       const bool embedding = name == table || name == "wpe.weight";
-      const bool f32_norm = llama && (name.find("layernorm") != std::string::npos ||
-                                      name.find("q_norm") != std::string::npos || name.find("k_norm") != std::string::npos);
+      const bool f32_norm =
+          llama && (name.find("layernorm") != std::string::npos || name.find("q_norm") != std::string::npos ||
+                    name.find("k_norm") != std::string::npos);
       EXPECT_EQ(t.dtype(), embedding || f32_norm ? DType::F32 : DType::BF16);
       EXPECT_FALSE(t.requires_grad());
       if (name == table) EXPECT_EQ(t.raw_data(), original_table.raw_data()) << "the lookup table is shared";

@@ -107,8 +107,8 @@ TEST(GeneratorCuda, GraphDecodingEqualsDecodingWithoutAGraph) {
   qwen3.qk_norm = true;
   GptConfig tied = tiny_config();
   tied.tie_weights = true;
-  const std::vector<std::pair<std::string, GptConfig>> configs{{"gpt", tiny_config()}, {"gpt tied", tied},
-                                                               {"qwen3", qwen3}};
+  const std::vector<std::pair<std::string, GptConfig>> configs{
+      {"gpt", tiny_config()}, {"gpt tied", tied}, {"qwen3", qwen3}};
   auto prompts = tiny_prompts();
   prompts.push_back({63, 62, 61});
   prompts.push_back({7, 7});
@@ -123,7 +123,9 @@ TEST(GeneratorCuda, GraphDecodingEqualsDecodingWithoutAGraph) {
         options.sampling.top_p = mode == 2 ? 0.95 : 1.0;
         options.compute_dtype = dtype;
         SCOPED_TRACE(fmt::format("{}, {}, {}", name, dtype_name(dtype),
-                                 mode == 0 ? "greedy" : mode == 1 ? "sampled" : "top_k / top_p"));
+                                 mode == 0   ? "greedy"
+                                 : mode == 1 ? "sampled"
+                                             : "top_k / top_p"));
         GenerationOptions eager = options;
         eager.cuda_graphs = false;
         const auto with_graph = generate_tokens(gpu, prompts, options);

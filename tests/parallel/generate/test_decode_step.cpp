@@ -10,6 +10,7 @@
 
 #include "core/autograd/grad_mode.h"
 #include "core/util/error.h"
+#include "parallel/generate/generator.h"
 #include "parallel/generate/kv_cache.h"
 #include "parallel/models/gpt_model.h"
 
@@ -133,6 +134,27 @@ TEST(InferenceCopy, CastsWhatTheForwardCastsAndSharesTheRest) {
 TEST(InferenceCopy, F32NeedsNoCopy) {
   GptModel model(gpt_config(true));
   EXPECT_EQ(model.inference_copy(DType::F32), nullptr);
+}
+
+// generate_tokens with a copy made once by the caller (GenerationOptions::inference_model, reused over batches)
+// gives the tokens it gives when it makes its own; a copy of another model's shape is an InputError.
+TEST(InferenceCopy, APreparedCopyGivesTheSameTokens) {
+  GptModel model(gpt_config(true));
+  model.initialize(7);
+  generate::GenerationOptions options;
+  options.max_new_tokens = 5;
+  options.compute_dtype = DType::BF16;
+  options.sampling.temperature = 0.8;
+  options.sampling.seed = 9;
+  const auto own = generate::generate_tokens(model, kPrompts, options);
+  options.inference_model = model.inference_copy(DType::BF16);
+  const auto prepared = generate::generate_tokens(model, kPrompts, options);
+  ASSERT_EQ(own.size(), prepared.size());
+  for (size_t i = 0; i < own.size(); ++i) EXPECT_EQ(own[i].tokens, prepared[i].tokens) << i;
+  GptConfig deeper = gpt_config(true);
+  deeper.n_layer = 3;
+  options.inference_model = GptModel(deeper).inference_copy(DType::BF16);
+  EXPECT_THROW(generate::generate_tokens(model, kPrompts, options), InputError);
 }
 
 TEST(DecodeStep, EqualsForwardCachedBitForBit) {

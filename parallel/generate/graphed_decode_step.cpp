@@ -135,6 +135,8 @@ struct GraphedDecodeStep::State {
         exec = nullptr;
       } else {
         nodes = static_cast<int64_t>(count);
+        // Moves the one-time setup of the graph (its memory, its launch state) out of the first replay.
+        cudaGraphUpload(exec, stream);
       }
     }
     if (graph) cudaGraphDestroy(graph);

@@ -1,8 +1,8 @@
 // The pieces of the static decode step on the CPU: GptModel::inference_copy (weights cast once) computes exactly
 // the logits of the model it copies in bf16, bit for bit, casting only what the forward casts anyway; and
 // GptModel::decode_step (positions read from a tensor, no host work) computes exactly forward_cached's logits for
-// one new token per row. gpt (tied and untied head) and the Llama family (qwen3: grouped-query heads, rotary
-// positions, per-head q/k norms in float32).
+// one new token per row. gpt (tied and untied head; tp 2 for the copy) and the Llama family (qwen3: grouped-query
+// heads, rotary positions, per-head q/k norms in float32).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -13,6 +13,7 @@
 #include "parallel/generate/generator.h"
 #include "parallel/generate/kv_cache.h"
 #include "parallel/models/gpt_model.h"
+#include "tests/parallel/comm/test_comm_support.h"
 
 namespace retort {
 namespace {
@@ -68,7 +69,7 @@ std::vector<std::vector<float>> run_script(const GptModel& model, DType dtype, i
   for (int step = 0; step < steps; ++step) {
     std::vector<int32_t> tokens, positions;
     for (int64_t b = 0; b < B; ++b) {
-      tokens.push_back(static_cast<int32_t>((step * 13 + b * 7 + 5) % 64));
+      tokens.push_back(static_cast<int32_t>((step * 13 + b * 7 + 5) % model.config().vocab_size));
       positions.push_back(static_cast<int32_t>(cache.length(b)));
     }
     const std::vector<int64_t> ones(static_cast<size_t>(B), 1);
@@ -97,6 +98,23 @@ TEST(InferenceCopy, Bf16LogitsEqualTheModelsBitForBit) {
     ASSERT_EQ(got.size(), want.size());
     for (size_t call = 0; call < want.size(); ++call) EXPECT_EQ(got[call], want[call]) << "call " << call;
   }
+}
+
+// Under tensor parallelism (Gloo thread ranks, tp 2, a vocabulary of 63 padded to 64, tied head): every rank's
+// copy computes its shard's logits exactly as the rank's model does.
+TEST(InferenceCopy, EveryTpRankComputesItsShardBitForBit) {
+  comm_testing::on_ranks(2, [&](std::shared_ptr<Communicator> group) {
+    GptConfig config = gpt_config(true);
+    config.vocab_size = 63;
+    GptModel model(config, group);
+    model.initialize(7);
+    const std::shared_ptr<GptModel> copy = model.inference_copy(DType::BF16);
+    const auto want = run_script(model, DType::BF16, 3, false);
+    const auto got = run_script(*copy, DType::BF16, 3, false);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t call = 0; call < want.size(); ++call)
+      EXPECT_EQ(got[call], want[call]) << "rank " << group->rank() << ", call " << call;
+  });
 }
 
 TEST(InferenceCopy, CastsWhatTheForwardCastsAndSharesTheRest) {

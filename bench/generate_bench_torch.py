@@ -178,7 +178,7 @@ def main():
             probs = (logits.float() / args.temperature).softmax(-1)
             return (probs / torch.empty_like(probs).exponential_(1)).argmax(-1)
 
-        compiled = torch.compile(one_token, mode=args.compile_mode, dynamic=False, fullgraph=True)
+        compiled = torch.compile(one_token, mode=args.compile_mode, dynamic=False)
         mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
 
         def compiled_step(token, caches, position, capacity):

@@ -5,8 +5,10 @@ ops: one prefill forward over the prompts, then one forward per new token that r
 Measured like bench_generate (one warm-up run, the median of the timed runs): prefill time and decode tokens/s
 (tokens after the first, over all sequences). Prints a table and one JSON line per batch size.
 
---compile wraps the decode step in torch.compile (PyTorch 2); the cache then has a fixed size and a position mask
-so that every step has the same shapes.
+--compile wraps the decode step (the forward and the next-token choice) in torch.compile (PyTorch 2) with a static
+KV cache, as in PyTorch's own fast-generation recipes: the caches are buffers of the model with a fixed capacity,
+the position is a device tensor and a mask hides the slots not written yet, so every step has the same shapes and
+addresses; --compile-mode reduce-overhead then replays each step as a CUDA graph.
 """
 import argparse
 import contextlib
@@ -66,9 +68,29 @@ class Gpt(nn.Module):
         for p in self.parameters():
             if p.dim() == 2:
                 nn.init.normal_(p, std=0.02)
+        self.static_caches = 0
+
+    def setup_static_caches(self, batch, capacity, dtype):
+        """The static KV cache of --compile: one key and one value buffer per layer, [B, H, capacity, hd]."""
+        heads, d = self.blocks[0].heads, self.wte.weight.size(1)
+        # Fixed addresses, so that the CUDA graphs of reduce-overhead may write the caches in place.
+        mark_static = getattr(getattr(torch, "_dynamo", None), "mark_static_address", None)
+        for i in range(len(self.blocks)):
+            for kind in ("k", "v"):
+                cache = torch.zeros(batch, heads, capacity, d // heads, dtype=dtype, device=self.wte.weight.device)
+                if mark_static is not None:
+                    mark_static(cache)
+                self.register_buffer(f"cache_{kind}{i}", cache, persistent=False)
+        self.static_caches = len(self.blocks)
+
+    def caches(self):
+        return [(getattr(self, f"cache_k{i}"), getattr(self, f"cache_v{i}")) for i in range(self.static_caches)]
 
     def forward(self, idx, caches, start, mask=None):
-        """Logits of the last position of idx [B, T] placed at positions start.., extending the caches."""
+        """Logits of the last position of idx [B, T] placed at positions start.., extending the caches (None: the
+        static caches)."""
+        if caches is None:
+            caches = self.caches()
         pos = start if torch.is_tensor(start) else torch.arange(start, start + idx.size(1), device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         for block, (k, v) in zip(self.blocks, caches):
@@ -82,15 +104,16 @@ def next_tokens(logits, temperature):
     return torch.multinomial((logits.float() / temperature).softmax(-1), 1).squeeze(-1)
 
 
-def generate(model, prompts, new_tokens, dtype, temperature, decode_step):
-    """Returns (prefill seconds, decode seconds): the prefill includes its first token, like bench_generate."""
+def generate(model, prompts, new_tokens, dtype, temperature, decode_step, static):
+    """Returns (prefill seconds, decode seconds): the prefill includes its first token, like bench_generate.
+    static: the caches are the model's static buffers (--compile), already sized for this batch."""
     b, p = prompts.shape
     layers, heads = len(model.blocks), model.blocks[0].heads
     d = model.wte.weight.size(1)
     capacity = p + new_tokens
-    caches = [(torch.empty(b, heads, capacity, d // heads, dtype=dtype, device=prompts.device),
-               torch.empty(b, heads, capacity, d // heads, dtype=dtype, device=prompts.device))
-              for _ in range(layers)]
+    caches = None if static else [
+        (torch.empty(b, heads, capacity, d // heads, dtype=dtype, device=prompts.device),
+         torch.empty(b, heads, capacity, d // heads, dtype=dtype, device=prompts.device)) for _ in range(layers)]
     sync = torch.cuda.synchronize if prompts.is_cuda else (lambda: None)
     autocast = (contextlib.nullcontext() if dtype == torch.float32 else
                 torch.autocast(prompts.device.type, dtype=dtype))
@@ -101,7 +124,7 @@ def generate(model, prompts, new_tokens, dtype, temperature, decode_step):
         token.cpu()
         prefilled = time.perf_counter()
         for step in range(1, new_tokens):
-            token = next_tokens(decode_step(token[:, None], caches, p + step - 1, capacity), temperature)
+            token = decode_step(token[:, None], caches, p + step - 1, capacity)
             token.cpu()  # the token goes to the host every step, as a generation loop needs it there
         sync()
         done = time.perf_counter()
@@ -134,21 +157,38 @@ def main():
     model = Gpt(args.vocab, args.context, args.layers, args.heads, args.embd).to(device).eval()
 
     def eager_step(token, caches, position, capacity):
-        return model(token, caches, position)
+        return next_tokens(model(token, caches, position), args.temperature)
 
     decode_step = eager_step
     framework = "torch-eager"
     if args.compile:
-        compiled = torch.compile(model, mode=args.compile_mode, dynamic=False)
+        # The weights in the compute dtype once (autocast would cast every weight at every step inside the graph).
+        model = model.to(dtype)
+
+        def one_token(token, position):
+            """token [B, 1], position [1] on the device -> the next tokens [B], with fixed shapes: attend over the
+            whole static cache, masking the slots not written yet."""
+            capacity = model.cache_k0.size(2)
+            seen = torch.arange(capacity, device=token.device) <= position
+            mask = torch.where(seen, 0.0, float("-inf")).to(model.wte.weight.dtype)[None, :]
+            logits = model(token, None, position, mask)
+            if args.temperature == 0:
+                return logits.argmax(-1)
+            # Sampling by the exponential race (argmax p / E, E ~ Exp(1)), which compiles into the graph.
+            probs = (logits.float() / args.temperature).softmax(-1)
+            return (probs / torch.empty_like(probs).exponential_(1)).argmax(-1)
+
+        compiled = torch.compile(one_token, mode=args.compile_mode, dynamic=False)
+        mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
 
         def compiled_step(token, caches, position, capacity):
-            # Fixed shapes: attend over the whole cache, masking the positions not written yet.
-            mask = torch.full((1, capacity), float("-inf"), device=token.device)
-            mask[:, :position + 1] = 0
-            return compiled(token, caches, torch.tensor([position], device=token.device), mask)
+            if mark_step is not None:
+                mark_step()
+            # The outputs of a replayed graph are overwritten by the next replay: keep a copy.
+            return compiled(token, torch.tensor([position], device=token.device)).clone()
 
         decode_step = compiled_step
-        framework = "torch-compile"
+        framework = "torch-compile" if args.compile_mode == "default" else f"torch-compile-{args.compile_mode}"
 
     print(f"{framework} {args.label} on {device}, {args.dtype}: {args.layers} layers, {args.heads} heads, width "
           f"{args.embd}, vocab {args.vocab}; prompt {args.prompt}, {args.new} new tokens")
@@ -156,9 +196,11 @@ def main():
     gen = torch.Generator().manual_seed(0)
     for batch in (int(b) for b in args.batches.split(",")):
         prompts = torch.randint(0, args.vocab, (batch, args.prompt), generator=gen).to(device)
+        if args.compile:
+            model.setup_static_caches(batch, args.prompt + args.new, dtype)
         prefill, decode = [], []
         for run in range(args.repeats + 1):
-            p, d = generate(model, prompts, args.new, dtype, args.temperature, decode_step)
+            p, d = generate(model, prompts, args.new, dtype, args.temperature, decode_step, args.compile)
             if run > 0:
                 prefill.append(p)
                 decode.append(d)

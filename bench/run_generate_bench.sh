@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The generation benchmark in one command: retort's KV-cache generation (bench_generate) and its PyTorch twin
-# (bench/generate_bench_torch.py, eager; torch.compile too with COMPILE=1) on the same device in the same run,
+# The generation benchmark in one command, on the same device in the same run: retort's KV-cache generation
+# (bench_generate) with each decode step replayed as a CUDA graph (retort) and with every kernel launched from the
+# host (retort-no-graphs), and its PyTorch twin (bench/generate_bench_torch.py) eager (torch-eager) and under
+# torch.compile with a static KV cache in mode reduce-overhead (torch-compile-reduce-overhead: CUDA graphs too),
 # GPT-2 small's shape (12 layers, 12 heads, width 768, vocab 50304, context 1024), prompt 128, 256 new tokens,
 # batch 1 and 32.
 #   bench/run_generate_bench.sh BUILD_DIR [OUT_DIR]
 # OUT_DIR defaults to runs/generate-bench and gets retort.jsonl, torch.jsonl, the logs and table.md (decode tokens/s
 # and prefill ms side by side; ratio = retort tokens/s / torch tokens/s, > 1: retort faster).
-# Environment: DEVICE (cuda), DTYPE (bf16), BATCHES (1,32), PROMPT (128), NEW (256), REPEATS (3), COMPILE (0),
-# PYTHON (python3); SMOKE=1 runs a small shape on the CPU instead (2 layers, width 128, vocab 4096, context 256,
+# Environment: DEVICE (cuda), DTYPE (bf16), BATCHES (1,32), PROMPT (128), NEW (256), REPEATS (3), TEMPERATURE (0:
+# greedy), COMPILE (1; 0 skips the torch.compile peers), COMPILE_MODES (reduce-overhead; space-separated, e.g.
+# "default reduce-overhead"), COMPILE_TIMEOUT (900 s per compiled peer: compiling takes a minute or more per batch
+# size), PYTHON (python3); SMOKE=1 runs a small shape on the CPU instead (2 layers, width 128, vocab 4096, context 256,
 # prompt 32, 32 new tokens, batches 1,4, f32).
 set -euo pipefail
 build=${1:?usage: run_generate_bench.sh BUILD_DIR [OUT_DIR]}
@@ -16,25 +20,31 @@ here=$(cd "$(dirname "$0")" && pwd)
 py=${PYTHON:-python3}
 if [[ ${SMOKE:-0} == 1 ]]; then
   device=${DEVICE:-cpu}; dtype=${DTYPE:-f32}; batches=${BATCHES:-1,4}; prompt=${PROMPT:-32}; new=${NEW:-32}
-  label=smoke; shape=(--vocab 4096 --context 256 --layers 2 --heads 4 --embd 128)
+  label=smoke; shape=(--vocab 4096 --context 256 --layers 2 --heads 4 --embd 128); compile=${COMPILE:-0}
 else
   device=${DEVICE:-cuda}; dtype=${DTYPE:-bf16}; batches=${BATCHES:-1,32}; prompt=${PROMPT:-128}; new=${NEW:-256}
-  label=gpt2-small; shape=(--vocab 50304 --context 1024 --layers 12 --heads 12 --embd 768)
+  label=gpt2-small; shape=(--vocab 50304 --context 1024 --layers 12 --heads 12 --embd 768); compile=${COMPILE:-1}
 fi
 common=(--label "$label" --device "$device" --dtype "$dtype" --batches "$batches" --prompt "$prompt" --new "$new"
-  --repeats "${REPEATS:-3}" "${shape[@]}")
+  --repeats "${REPEATS:-3}" --temperature "${TEMPERATURE:-0}" "${shape[@]}")
 mkdir -p "$out"
 rm -f "$out/retort.jsonl" "$out/torch.jsonl"
 
-echo "== retort"
+echo "== retort (CUDA graphs)"
 "$build/bench/bench_generate" "${common[@]}" --json "$out/retort.jsonl" 2>&1 | tee "$out/retort.log"
+echo "== retort (no graphs)"
+"$build/bench/bench_generate" "${common[@]}" --graphs false --json "$out/retort.jsonl" 2>&1 |
+  tee "$out/retort-no-graphs.log"
 echo "== torch eager"
 $py "$here/generate_bench_torch.py" "${common[@]}" --json "$out/torch.jsonl" 2>&1 | tee "$out/torch.log" ||
   echo "(torch eager failed: see $out/torch.log)"
-if [[ ${COMPILE:-0} == 1 ]]; then
-  echo "== torch.compile"
-  $py "$here/generate_bench_torch.py" "${common[@]}" --compile --json "$out/torch.jsonl" 2>&1 |
-    tee "$out/torch-compile.log" || echo "(torch.compile failed: see $out/torch-compile.log)"
+if [[ $compile == 1 ]]; then
+  for mode in ${COMPILE_MODES:-reduce-overhead}; do
+    echo "== torch.compile, static cache, mode $mode"
+    timeout "${COMPILE_TIMEOUT:-900}" $py "$here/generate_bench_torch.py" "${common[@]}" --compile --compile-mode "$mode" \
+      --json "$out/torch.jsonl" 2>&1 | tee "$out/torch-compile-$mode.log" ||
+      echo "(torch.compile $mode failed or timed out: see $out/torch-compile-$mode.log)"
+  done
 fi
 
 $py - "$out" <<'PY'

@@ -118,6 +118,8 @@ std::vector<GenerationRecord> generate_from_run(const GenerationRequest& args, s
   int64_t total_new = 0;
   double total_seconds = 0;
   const int64_t n = static_cast<int64_t>(prompts.size());
+  // The weights in the compute dtype once for every batch (they do not change between batches).
+  options.inference_model = model.inference_copy(options.compute_dtype);
   for (int64_t begin = 0; begin < n; begin += args.batch_size) {
     const int64_t end = std::min(n, begin + args.batch_size);
     const std::vector<std::vector<int32_t>> batch(prompts.begin() + begin, prompts.begin() + end);

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/autograd/grad_mode.h"
 #include "core/util/error.h"
+#include "parallel/generate/graphed_decode_step.h"
 #include "parallel/generate/kv_cache.h"
 
 namespace retort::generate {
@@ -71,9 +73,20 @@ std::vector<GeneratedSequence> generate_tokens(const GptModel& model, const std:
   for (int64_t i = 0; i < n; ++i) longest = std::max(longest, prompt_len[i] = static_cast<int64_t>(prompts[i].size()));
 
   const Device device = model.named_parameters().front().second.device();
+  // The weights in the compute dtype once for the whole generation (null for f32: nothing to cast).
+  std::shared_ptr<const GptModel> inference = options.inference_model;
+  if (!inference) inference = model.inference_copy(options.compute_dtype);
+  RETORT_INPUT_CHECK(!inference || inference->config().n_layer == config.n_layer,
+                     "GenerationOptions::inference_model has {} layers, the model {}: pass the model's own "
+                     "inference_copy(compute_dtype)",
+                     inference ? inference->config().n_layer : 0, config.n_layer);
+  const GptModel& net = inference ? *inference : model;
   // The last token of a sequence is never fed back, so prompt + max_new_tokens positions always suffice.
   const int64_t capacity = std::min(config.block_size, longest + options.max_new_tokens);
-  KvCache cache(model, n, capacity, options.compute_dtype, device);
+  KvCache cache(net, n, capacity, options.compute_dtype, device);
+  std::optional<GraphedDecodeStep> graphed;
+  if (decode_graph_applies(net, options.cuda_graphs))
+    graphed.emplace(net, cache, options.compute_dtype, options.sampling);
 
   std::vector<GeneratedSequence> out(static_cast<size_t>(n));
   std::vector<bool> finished(static_cast<size_t>(n), false);
@@ -111,7 +124,7 @@ std::vector<GeneratedSequence> generate_tokens(const GptModel& model, const std:
       keys[r] = sequence_row_key(ids[r], prompt_len[r]);
     }
     const Tensor logits =
-        model.forward_cached(Tensor::from_ints(padded, {n, longest}, device), prompt_len, cache, options.compute_dtype);
+        net.forward_cached(Tensor::from_ints(padded, {n, longest}, device), prompt_len, cache, options.compute_dtype);
     const std::vector<int32_t> next = sample_next_tokens(logits, options.sampling, keys);
     decode_start = Clock::now();
     for (int64_t r = 0; r < n; ++r) {
@@ -133,13 +146,21 @@ std::vector<GeneratedSequence> generate_tokens(const GptModel& model, const std:
       // The token fed now sits at prompt + count - 1; the one sampled from it at prompt + count.
       keys[r] = sequence_row_key(ids[r], prompt_len[r] + static_cast<int64_t>(seq.tokens.size()));
     }
-    const Tensor logits =
-        model.forward_cached(Tensor::from_ints(last, {n, 1}, device), valid, cache, options.compute_dtype);
-    const std::vector<int32_t> next = sample_next_tokens(logits, options.sampling, keys);
+    std::vector<int32_t> next;
+    if (graphed) {
+      next = graphed->run(last, keys);
+      cache.advance(valid);
+    } else {
+      const Tensor logits =
+          net.forward_cached(Tensor::from_ints(last, {n, 1}, device), valid, cache, options.compute_dtype);
+      next = sample_next_tokens(logits, options.sampling, keys);
+    }
     const Clock::time_point now = Clock::now();
     for (int64_t r = 0; r < n; ++r)
       if (!finished[r]) accept(r, next[r], now, decode_start);
   }
+  if (graphed)
+    for (auto& seq : out) seq.decode_graph_nodes = graphed->graph_nodes();
   return out;
 }
 

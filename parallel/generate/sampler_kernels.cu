@@ -17,11 +17,7 @@ namespace sm = ::retort::generate::sampling;
 constexpr int kThreads = 256;
 constexpr int64_t kColumnsPerBlock = 4096;
 
-struct RowParams {
-  uint64_t row_key;
-  uint32_t key_floor;  // min key (Gumbel pass) or prefix (histogram pass)
-  float row_max;
-};
+using RowParams = SamplerRowParams;
 
 __device__ __forceinline__ uint64_t warp_max_u64(uint64_t v) {
 #pragma unroll
@@ -61,6 +57,22 @@ __global__ void best_gumbel_kernel(const T* logits, int64_t cols, int64_t blocks
 }
 
 template <typename T>
+__global__ void argmax_kernel(const T* logits, int64_t cols, int64_t blocks_per_row, int64_t index_base,
+                              unsigned long long* best) {
+  const int64_t row = blockIdx.x / blocks_per_row;
+  const int64_t begin = (blockIdx.x % blocks_per_row) * kColumnsPerBlock;
+  const int64_t end = min(cols, begin + kColumnsPerBlock);
+  const T* x = logits + row * cols;
+  uint64_t mine = 0;
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    const uint64_t candidate = sm::pack_candidate(sm::order_key(to_f32(x[j])), index_base + j);
+    mine = candidate > mine ? candidate : mine;
+  }
+  mine = warp_max_u64(mine);
+  if (threadIdx.x % 32 == 0 && mine != 0) atomicMax(best + row, static_cast<unsigned long long>(mine));
+}
+
+template <typename T>
 __global__ void nucleus_histogram_kernel(const T* logits, int64_t cols, int64_t blocks_per_row, double temperature,
                                          uint32_t mask, int shift, const RowParams* params, unsigned long long* bins) {
   const int64_t row = blockIdx.x / blocks_per_row;
@@ -91,6 +103,21 @@ __global__ void nucleus_histogram_kernel(const T* logits, int64_t cols, int64_t 
 
 // Runs `launch(params, out, blocks_per_row)` with the per-row parameters on the device and `out_per_row` zeroed
 // 64-bit outputs per row, and returns the outputs on the host.
+template <typename T>
+void launch_best_gumbel(const Tensor& logits, int64_t blocks_per_row, unsigned grid, int64_t index_base,
+                        double temperature, uint64_t seed, const RowParams* params, unsigned long long* best,
+                        cudaStream_t stream) {
+  best_gumbel_kernel<T><<<grid, kThreads, 0, stream>>>(logits.data<T>(), logits.size(1), blocks_per_row, index_base,
+                                                       temperature, seed, params, best);
+}
+
+int64_t blocks_per_row_of(const Tensor& logits) {
+  const int64_t rows = logits.size(0), cols = logits.size(1);
+  const int64_t blocks_per_row = (cols + kColumnsPerBlock - 1) / kColumnsPerBlock;
+  check(rows * blocks_per_row <= INT32_MAX, "sampler (CUDA): {} rows of {} columns need too many blocks", rows, cols);
+  return blocks_per_row;
+}
+
 template <typename Launch>
 std::vector<uint64_t> run_rows(const Tensor& logits, const std::vector<RowParams>& host_params, int out_per_row,
                                Launch&& launch) {
@@ -104,8 +131,7 @@ std::vector<uint64_t> run_rows(const Tensor& logits, const std::vector<RowParams
   RETORT_CUDA_CHECK(cudaMemcpyAsync(params.data(), host_params.data(), host_params.size() * sizeof(RowParams),
                                     cudaMemcpyHostToDevice, stream));
   RETORT_CUDA_CHECK(cudaMemsetAsync(device_out.data(), 0, out.size() * sizeof(uint64_t), stream));
-  const int64_t blocks_per_row = (cols + kColumnsPerBlock - 1) / kColumnsPerBlock;
-  check(rows * blocks_per_row <= INT32_MAX, "sampler (CUDA): {} rows of {} columns need too many blocks", rows, cols);
+  const int64_t blocks_per_row = blocks_per_row_of(logits);
   launch(static_cast<const RowParams*>(params.data()), static_cast<unsigned long long*>(device_out.data()),
          blocks_per_row, static_cast<unsigned>(rows * blocks_per_row), stream);
   RETORT_CUDA_CHECK_LAUNCH();
@@ -127,8 +153,7 @@ std::vector<uint64_t> best_gumbel_candidates(const Tensor& logits, int64_t index
       [&](const RowParams* p, unsigned long long* out, int64_t blocks_per_row, unsigned grid, cudaStream_t stream) {
         dispatch_float(logits.dtype(), "sampler", [&](auto tag) {
           using T = typename decltype(tag)::type;
-          best_gumbel_kernel<T><<<grid, kThreads, 0, stream>>>(logits.data<T>(), logits.size(1), blocks_per_row,
-                                                               index_base, temperature, seed, p, out);
+          launch_best_gumbel<T>(logits, blocks_per_row, grid, index_base, temperature, seed, p, out, stream);
         });
       });
 }
@@ -146,6 +171,37 @@ std::vector<uint64_t> nucleus_histogram(const Tensor& logits, double temperature
                                                                      temperature, mask, shift, p, out);
         });
       });
+}
+
+void enqueue_best_gumbel(const Tensor& logits, int64_t index_base, double temperature, uint64_t seed,
+                         const SamplerRowParams* params, uint64_t* best) {
+  rc::DeviceGuard guard(device_of(logits, "sampler"));
+  const int64_t rows = logits.size(0);
+  if (rows == 0) return;
+  const cudaStream_t stream = rc::current_stream();
+  RETORT_CUDA_CHECK(cudaMemsetAsync(best, 0, static_cast<size_t>(rows) * sizeof(uint64_t), stream));
+  const int64_t blocks_per_row = blocks_per_row_of(logits);
+  dispatch_float(logits.dtype(), "sampler", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_best_gumbel<T>(logits, blocks_per_row, static_cast<unsigned>(rows * blocks_per_row), index_base, temperature,
+                          seed, params, reinterpret_cast<unsigned long long*>(best), stream);
+  });
+  RETORT_CUDA_CHECK_LAUNCH();
+}
+
+void enqueue_argmax(const Tensor& logits, int64_t index_base, uint64_t* best) {
+  rc::DeviceGuard guard(device_of(logits, "sampler"));
+  const int64_t rows = logits.size(0);
+  if (rows == 0) return;
+  const cudaStream_t stream = rc::current_stream();
+  RETORT_CUDA_CHECK(cudaMemsetAsync(best, 0, static_cast<size_t>(rows) * sizeof(uint64_t), stream));
+  const int64_t blocks_per_row = blocks_per_row_of(logits);
+  dispatch_float(logits.dtype(), "sampler", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    argmax_kernel<T><<<static_cast<unsigned>(rows * blocks_per_row), kThreads, 0, stream>>>(
+        logits.data<T>(), logits.size(1), blocks_per_row, index_base, reinterpret_cast<unsigned long long*>(best));
+  });
+  RETORT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace retort::generate::kernels::cuda

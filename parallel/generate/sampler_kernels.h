@@ -28,9 +28,27 @@ namespace cpu {
 RETORT_SAMPLER_KERNELS
 }  // namespace cpu
 
+// The Gumbel pass's per-row inputs as the device reads them.
+struct SamplerRowParams {
+  uint64_t row_key;
+  uint32_t key_floor;  // min key (Gumbel pass) or prefix (histogram pass)
+  float row_max;
+};
+
 #ifdef RETORT_WITH_CUDA
 namespace cuda {
 RETORT_SAMPLER_KERNELS
+
+// The Gumbel pass of best_gumbel_candidates with its per-row parameters already on the device (params [rows]) and
+// its result left there (best: rows 64-bit words, zeroed here first): it only enqueues work on the compute stream,
+// no host copy and no wait, so a CUDA graph can capture it and each replay reads the row keys written before it.
+void enqueue_best_gumbel(const Tensor& logits, int64_t index_base, double temperature, uint64_t seed,
+                         const SamplerRowParams* params, uint64_t* best);
+// Greedy decoding's pass, enqueued the same way: best[r] = the max over the row's columns j of
+// sampling::pack_candidate(order_key(logits[r, j]), index_base + j), i.e. the row's largest logit (NaN above
+// everything, -0 = +0) and the smallest id holding it, packed: what kernels::topk with k = 1 finds, spread over
+// many blocks per row instead of one.
+void enqueue_argmax(const Tensor& logits, int64_t index_base, uint64_t* best);
 }  // namespace cuda
 #endif
 

@@ -286,4 +286,15 @@ std::vector<int32_t> sample_next_tokens(const Tensor& logits_in, const SamplingO
   return winners_to_tokens(winners, true);
 }
 
+SinglePassSampling single_pass_sampling(const SamplingOptions& options) {
+  if (options.temperature == 0) return SinglePassSampling::Argmax;
+  if (options.top_k == 0 && options.top_p >= 1.0) return SinglePassSampling::Gumbel;
+  return SinglePassSampling::None;
+}
+
+std::vector<int32_t> tokens_from_winners(const std::vector<uint64_t>& winners, SinglePassSampling pass) {
+  RETORT_CHECK(pass != SinglePassSampling::None, "{}: no single pass picks these tokens", kOp);
+  return winners_to_tokens(winners, pass == SinglePassSampling::Gumbel);
+}
+
 }  // namespace retort::generate

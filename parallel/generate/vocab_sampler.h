@@ -61,4 +61,16 @@ std::vector<int32_t> sample_next_tokens(const Tensor& logits, const SamplingOpti
                                         const std::vector<uint64_t>& row_keys,
                                         std::shared_ptr<Communicator> group = nullptr);
 
+// A decode step that runs the sampler's shard pass on the device inside the step itself (a CUDA graph, one rank):
+// the one pass the options need, and the host's part after it, exactly as sample_next_tokens does for one rank.
+enum class SinglePassSampling {
+  Argmax,  // temperature 0: each row's largest logit, smallest id among ties (kernels::cuda::enqueue_argmax)
+  Gumbel,  // sampling without top_k and top_p: best_gumbel_candidates with no floor (enqueue_best_gumbel)
+  None,    // top_k or top_p: several passes with host decisions in between (sample_next_tokens)
+};
+SinglePassSampling single_pass_sampling(const SamplingOptions& options);
+// Each row's token from the pass's packed winners (sampling::pack_candidate of the row's best key and its id); an
+// InputError for a row of NaN or all -inf logits (or a +inf one when sampling), as sample_next_tokens.
+std::vector<int32_t> tokens_from_winners(const std::vector<uint64_t>& winners, SinglePassSampling pass);
+
 }  // namespace retort::generate

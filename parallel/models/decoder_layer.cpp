@@ -144,11 +144,11 @@ ResidualStream DecoderLayer::forward_stream(const ResidualStream& in, const Tens
 }
 
 Tensor DecoderLayer::forward_cached(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
-                                    generate::KvCache& cache, int64_t layer, DType compute_dtype) const {
+                                    generate::KvCache& cache, int64_t layer, const Tensor& starts,
+                                    DType compute_dtype) const {
   const Projected p = project(norm_in_f32(*input_layernorm_, x), positions, inv_freq, compute_dtype);
-  const Tensor attn =
-      ops::attention_with_kv_cache(p.q, p.k, p.v, cache.keys(layer), cache.values(layer), cache.lengths_on_device(),
-                                   static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
+  const Tensor attn = ops::attention_with_kv_cache(p.q, p.k, p.v, cache.keys(layer), cache.values(layer), starts,
+                                                   static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
   return finish(x, attn, compute_dtype);
 }
 

@@ -33,8 +33,9 @@ class DecoderLayer : public nn::Module {
                                 DType compute_dtype) const;
   // The same over new positions only: writes their keys and values into layer `layer` of the cache and attends
   // each row's cached keys (no tape).
+  // starts: i32 [B] on x's device, where each row's new positions begin (the cache lengths).
   Tensor forward_cached(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, generate::KvCache& cache,
-                        int64_t layer, DType compute_dtype) const;
+                        int64_t layer, const Tensor& starts, DType compute_dtype) const;
 
  private:
   struct Projected {

@@ -90,10 +90,11 @@ ResidualStream GptBlock::forward_stream(const ResidualStream& in, DType compute_
   return {second.sum, mlp};
 }
 
-Tensor GptBlock::forward_cached(const Tensor& x, generate::KvCache& cache, int64_t layer, DType compute_dtype) const {
+Tensor GptBlock::forward_cached(const Tensor& x, generate::KvCache& cache, int64_t layer, const Tensor& starts,
+                                DType compute_dtype) const {
   const Tensor qkv = qkv_->forward(ln_1_->forward(x), compute_dtype);
-  const Tensor attn = ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer),
-                                                   cache.lengths_on_device(), static_cast<int>(local_heads_));
+  const Tensor attn =
+      ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts, static_cast<int>(local_heads_));
   Tensor h = ops::add(x, attn_proj_->forward(attn, compute_dtype));
   Tensor mlp = mlp_proj_->forward(ops::gelu(fc_->forward(ln_2_->forward(h), compute_dtype)), compute_dtype);
   return ops::add(h, mlp);
@@ -168,6 +169,7 @@ void GptModel::initialize(uint64_t seed) {
 }
 
 Tensor GptModel::rope_frequencies(Device device) const {
+  if (!config_.llama_family()) return Tensor();
   const std::vector<float> inv_freq = rope_inv_freq(config_.rope, config_.head_size());
   return Tensor::from_floats(inv_freq, {static_cast<int64_t>(inv_freq.size())}, DType::F32, device);
 }
@@ -215,6 +217,16 @@ Tensor GptModel::forward(const Tensor& ids, DType compute_dtype) const {
   return head_of_normed(ln_f_->forward_added(stream.x, stream.pending).normed, compute_dtype);
 }
 
+Tensor GptModel::cached_layers(Tensor x, const Tensor& positions, const Tensor& inv_freq, const Tensor& starts,
+                               generate::KvCache& cache, DType compute_dtype) const {
+  for (size_t layer = 0; layer < blocks_.size(); ++layer)
+    x = blocks_[layer]->forward_cached(x, cache, static_cast<int64_t>(layer), starts, compute_dtype);
+  for (size_t layer = 0; layer < layers_.size(); ++layer)
+    x = layers_[layer]->forward_cached(x, positions, inv_freq, cache, static_cast<int64_t>(layer), starts,
+                                       compute_dtype);
+  return x;
+}
+
 Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& valid, generate::KvCache& cache,
                                 DType compute_dtype) const {
   NoGradGuard no_grad;
@@ -239,14 +251,8 @@ Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& v
       positions[static_cast<size_t>(b * T + t)] = static_cast<int32_t>(std::min(start + t, config_.block_size - 1));
   }
   const Tensor pos = Tensor::from_ints(positions, {B, T}, ids.device());
-  Tensor x = embed(ids, pos, compute_dtype);
-  for (size_t layer = 0; layer < blocks_.size(); ++layer)
-    x = blocks_[layer]->forward_cached(x, cache, static_cast<int64_t>(layer), compute_dtype);
-  if (!layers_.empty()) {
-    const Tensor inv_freq = rope_frequencies(ids.device());
-    for (size_t layer = 0; layer < layers_.size(); ++layer)
-      x = layers_[layer]->forward_cached(x, pos, inv_freq, cache, static_cast<int64_t>(layer), compute_dtype);
-  }
+  Tensor x = cached_layers(embed(ids, pos, compute_dtype), pos, rope_frequencies(ids.device()),
+                           cache.lengths_on_device(), cache, compute_dtype);
   // Only each row's last real position is needed for the next token: the final norm and the LM head (the widest
   // product of the model) run on B rows instead of B x T.
   if (T > 1) {
@@ -262,6 +268,68 @@ Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& v
   Tensor rows = logits.view({B, logits.size(-1)});
   if (tp_group_) rows.set_sharding({1, 1, tp_group_, logits.sharding().full_extent});
   return rows;
+}
+
+Tensor GptModel::decode_step(const Tensor& ids, const Tensor& positions, const Tensor& inv_freq,
+                             generate::KvCache& cache, DType compute_dtype) const {
+  NoGradGuard no_grad;
+  const int64_t B = cache.batch();
+  RETORT_CHECK(ids.ndim() == 2 && ids.dtype() == DType::I32 && ids.size(0) == B && ids.size(1) == 1,
+               "GptModel::decode_step needs i32 ids [{}, 1] (one token per sequence of the cache), got {}", B,
+               ids.describe());
+  RETORT_CHECK(positions.dtype() == DType::I32 && positions.shape() == ids.shape(),
+               "GptModel::decode_step needs i32 positions shaped like the ids {}, got {}", ids.describe(),
+               positions.describe());
+  RETORT_CHECK(!config_.llama_family() || inv_freq.defined(),
+               "GptModel::decode_step: the {} family needs inv_freq (rope_frequencies)", config_.family);
+  // The same ops as forward_cached with T_new = 1, in the same order: the logits agree bit for bit.
+  Tensor x = cached_layers(embed(ids, positions, compute_dtype), positions, inv_freq, positions.view({B}), cache,
+                           compute_dtype);
+  Tensor logits = head(x, compute_dtype);
+  Tensor rows = logits.view({B, logits.size(-1)});
+  if (tp_group_) rows.set_sharding({1, 1, tp_group_, logits.sharding().full_extent});
+  return rows;
+}
+
+namespace {
+
+// Whether the forward casts parameter `name` to the compute dtype on every use (and so may hold it in that dtype):
+// the embedding tables are gathered in float32 and cast after the sum of token and position rows, and the Llama
+// family's layer norms (and qwen3's per-head q/k norms) run in float32; everything else meets compute-dtype inputs.
+bool consumed_in_compute_dtype(const std::string& name, bool llama) {
+  if (name == "wte.weight" || name == "wpe.weight" || name == "model.embed_tokens.weight") return false;
+  if (!llama) return true;
+  const auto ends_with = [&](const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return !(ends_with("layernorm.weight") || ends_with("q_norm.weight") || ends_with("k_norm.weight"));
+}
+
+}  // namespace
+
+std::shared_ptr<GptModel> GptModel::inference_copy(DType compute_dtype) const {
+  if (compute_dtype == DType::F32) return nullptr;
+  GptConfig untied = config_;
+  untied.tie_weights = false;  // the head gets its own compute-dtype copy; the lookup keeps the float32 rows
+  auto copy = std::make_shared<GptModel>(untied, tp_group_);
+  const nn::NamedTensors source = named_parameters();
+  const auto find = [&](const std::string& name) -> const Tensor& {
+    for (const auto& [n, t] : source)
+      if (n == name) return t;
+    throw Error(fmt::format("GptModel::inference_copy: no parameter {} in the model", name));
+  };
+  const bool llama = config_.llama_family();
+  const std::string token_table = llama ? "model.embed_tokens.weight" : "wte.weight";
+  for (auto& [name, param] : copy->named_parameters()) {
+    const Tensor& from = config_.tie_weights && name == "lm_head.weight" ? find(token_table) : find(name);
+    // The same cast the forward applies on each use (nn::to_compute), once; the other tensors are shared.
+    const Tensor value = consumed_in_compute_dtype(name, llama) ? from.to(compute_dtype) : from;
+    param.impl()->storage = value.impl()->storage;
+    param.impl()->offset_bytes = value.impl()->offset_bytes;
+    param.impl()->dtype = value.dtype();
+    param.set_requires_grad(false);
+  }
+  return copy;
 }
 
 }  // namespace retort

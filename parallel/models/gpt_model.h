@@ -82,7 +82,9 @@ class GptBlock : public nn::Module {
   // The block on a stream with a pending addition; returns {x + attention part, the MLP output still pending}.
   ResidualStream forward_stream(const ResidualStream& in, DType compute_dtype) const;
   // x [B, T_new, C] of new positions; reads and extends layer `layer` of the cache (see GptModel::forward_cached).
-  Tensor forward_cached(const Tensor& x, generate::KvCache& cache, int64_t layer, DType compute_dtype) const;
+  // starts: i32 [B] on x's device, where each row's new positions begin (the cache lengths).
+  Tensor forward_cached(const Tensor& x, generate::KvCache& cache, int64_t layer, const Tensor& starts,
+                        DType compute_dtype) const;
 
  private:
   int64_t local_heads_;
@@ -113,6 +115,27 @@ class GptModel : public nn::Module {
   Tensor forward_cached(const Tensor& ids, const std::vector<int64_t>& valid, generate::KvCache& cache,
                         DType compute_dtype = DType::F32) const;
 
+  // One decode step (T_new = 1 for every row) with every shape fixed and every input already on the device, so
+  // that it enqueues only device work (no host copy, no wait) and can be captured into a CUDA graph and replayed:
+  // ids i32 [B, 1], positions i32 [B, 1] (row b's token goes to position positions[b] = the row's cache length;
+  // written there before the step runs), inv_freq = rope_frequencies(device) (the Llama family; undefined for gpt).
+  // Returns the logits [B, V_local] like forward_cached's, bit for bit the same; does NOT advance the cache (the
+  // caller owns the lengths: KvCache::advance).
+  Tensor decode_step(const Tensor& ids, const Tensor& positions, const Tensor& inv_freq, generate::KvCache& cache,
+                     DType compute_dtype) const;
+
+  // A copy of this model for inference in `compute_dtype` (bf16): every parameter that the forward casts to the
+  // compute dtype on each use (the projections, the LM head, and for gpt the norms) is cast once here, so a
+  // generation step reads half the bytes and launches no cast kernels; the embedding tables, and the Llama norms
+  // that run in float32, stay float32 and share this model's storage. A tied LM head becomes an untied bf16 copy of
+  // the token embedding (the embedding lookup keeps its float32 rows). The copy computes exactly the logits this
+  // model computes in `compute_dtype`, bit for bit. Same tp group and device; build it after the last change of
+  // the weights (it copies them). For f32 compute there is nothing to cast: it returns null (use this model).
+  std::shared_ptr<GptModel> inference_copy(DType compute_dtype) const;
+
+  // inv_freq (rope.h) on `device` for the Llama family; undefined for gpt (learned positions).
+  Tensor rope_frequencies(Device device) const;
+
   const GptConfig& config() const { return config_; }
   const std::shared_ptr<Communicator>& tp_group() const { return tp_group_; }
   // Key/value heads this rank caches per layer, and their width (the KV cache's shape).
@@ -121,11 +144,14 @@ class GptModel : public nn::Module {
 
  private:
   Tensor embed(const Tensor& ids, const Tensor& positions, DType compute_dtype) const;
-  Tensor rope_frequencies(Device device) const;  // inv_freq (rope.h) on `device`
   // The final norm and the head: logits [..., padded_vocab / tp], padded ids at -inf.
   Tensor head(const Tensor& x, DType compute_dtype) const;
   // The head on the final norm's output.
   Tensor head_of_normed(const Tensor& normed, DType compute_dtype) const;
+  // The blocks over the new positions x [B, T_new, C] at `positions` (i32 [B, T_new]), each row's starting at
+  // starts[b] (i32 [B]), reading and extending the cache.
+  Tensor cached_layers(Tensor x, const Tensor& positions, const Tensor& inv_freq, const Tensor& starts,
+                       generate::KvCache& cache, DType compute_dtype) const;
 
   GptConfig config_;
   std::shared_ptr<Communicator> tp_group_;

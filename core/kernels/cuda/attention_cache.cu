@@ -2,20 +2,23 @@
 #include "core/kernels/cuda/common.cuh"  // first: it configures fmt for nvcc
 // clang-format on
 
-// Attention over a key/value cache, the inner loop of generation. The new positions' keys and values are first
-// copied into the cache; then one of two kernels attends:
+// Attention over a key/value cache, the inner loop of generation. One of two kernels attends:
 //
-// Decode (few new queries per row): one block per (row, head, new query). Decoding reads every cached key and
-// value once per step and does little arithmetic with them, so the kernel is a streaming read tuned for memory
-// parallelism: the lanes of a warp form groups of G lanes, a group reads one key (each lane a 16-byte vector of
-// it) and its value, the block's groups take consecutive keys so that a block iteration reads one contiguous
-// stretch of the cache, and every group unrolls two keys so that four rows are in flight per group before any
-// reduction. A group's dot product is a G-lane shuffle reduction; each group keeps a running max, sum and output
+// Decode (few new queries per row): one block per (row, head, new query), which also appends the new positions to
+// the cache in the same launch (one kernel per layer and step, not two): a key at or past the row's start is read
+// straight from the new k / v rows instead of the cache, so no block waits for another's write, and the block of
+// the first query head of each key/value head writes its query's position into the cache for the next steps. Decoding
+// reads every cached key and value once per step and does little arithmetic with them, so the kernel is a streaming
+// read tuned for memory parallelism: the lanes of a warp form groups of G lanes, a group reads one key (each lane a
+// 16-byte vector of it) and its value, the block's groups take consecutive keys so that a block iteration reads one
+// contiguous stretch of the cache, and every group unrolls two keys so that four rows are in flight per group before
+// any reduction. A group's dot product is a G-lane shuffle reduction; each group keeps a running max, sum and output
 // (online softmax), so the keys are read once; groups are merged by shuffles, warps through shared memory.
 //
-// Prefill (many new queries per row): one block per (row, head, tile of queries). Key and value tiles are staged
-// in shared memory once per query tile instead of once per query; lane j of a warp scores key j of the tile
-// against one query, and the lanes then own head dimensions for the weighted sum of values.
+// Prefill (many new queries per row): the new keys and values are first copied into the cache (append_kernel);
+// then one block per (row, head, tile of queries) attends. Key and value tiles are staged in shared memory once per
+// query tile instead of once per query; lane j of a warp scores key j of the tile against one query, and the lanes
+// then own head dimensions for the weighted sum of values.
 //
 // Grouped-query heads: query head h reads key/value head h / group of the cache [B, KV, cap, D]. q, k and v are read
 // through row strides, so the packed [B, Tn, 3C] projections of GPT are the case group = 1 with stride 3C.
@@ -88,8 +91,8 @@ constexpr int kUnroll = 2;  // keys per group per iteration
 // elements (i * kG + g) * kVec .. + kVec - 1 for i < kChunks, those below D.
 template <typename T, int kVec, int kG, int kChunks>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
-    decode_kernel(const T* q_new, Queries qs, const int32_t* starts, const T* k_cache, const T* v_cache, T* out,
-                  int64_t Tn, int64_t D, int64_t cap, float scale) {
+    decode_kernel(const T* q_new, Queries qs, const T* k_new, const T* v_new, int64_t kv_stride, const int32_t* starts,
+                  T* k_cache, T* v_cache, T* out, int64_t Tn, int64_t D, int64_t cap, float scale) {
   constexpr int kPerLane = kVec * kChunks, kHead = kG * kPerLane, kGroups = 32 / kG;
   constexpr int kBlockKeys = kDecodeWarps * kGroups;
   __shared__ float warp_m[kDecodeWarps], warp_l[kDecodeWarps];
@@ -98,10 +101,25 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int64_t H = qs.H, t = blockIdx.x % Tn, bh = blockIdx.x / Tn, h = bh % H, b = bh / H;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane % kG;
   const int slot = warp * kGroups + lane / kG;  // this group's key within a block iteration
-  const int64_t seen = min(static_cast<int64_t>(starts[b]) + t + 1, cap);
-  const int64_t kv_head = b * (H / qs.group) + h / qs.group;
+  const int64_t start = starts[b];
+  const int64_t seen = min(start + t + 1, cap);
+  const int64_t kv_heads = H / qs.group, kv_local = h / qs.group, kv_head = b * kv_heads + kv_local;
   const T* keys = k_cache + kv_head * cap * D;
   const T* values = v_cache + kv_head * cap * D;
+  // The new positions of this row and key/value head: position start + i is row i of these.
+  const T* new_keys = k_new + b * Tn * kv_stride + kv_local * D;
+  const T* new_values = v_new + b * Tn * kv_stride + kv_local * D;
+
+  // The append: one block per key/value head and new position writes it (positions past the cache are dropped).
+  // Nothing in this launch reads it from the cache.
+  if (h % qs.group == 0 && start + t < cap) {
+    T* k_slot = k_cache + (kv_head * cap + start + t) * D;
+    T* v_slot = v_cache + (kv_head * cap + start + t) * D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+      k_slot[d] = new_keys[t * kv_stride + d];
+      v_slot[d] = new_values[t * kv_stride + d];
+    }
+  }
 
   bool owned[kChunks];
   float q[kChunks][kVec];
@@ -135,9 +153,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 #pragma unroll
       for (int i = 0; i < kChunks; ++i) {
         if (live[u] && owned[i]) {
-          const int64_t at = j * D + static_cast<int64_t>(i * kG + g) * kVec;
-          load_vec<kVec>(keys + at, k[u][i]);
-          load_vec<kVec>(values + at, v[u][i]);
+          const int64_t d = static_cast<int64_t>(i * kG + g) * kVec;
+          if (j < start) {
+            load_vec<kVec>(keys + j * D + d, k[u][i]);
+            load_vec<kVec>(values + j * D + d, v[u][i]);
+          } else {
+            load_vec<kVec>(new_keys + (j - start) * kv_stride + d, k[u][i]);
+            load_vec<kVec>(new_values + (j - start) * kv_stride + d, v[u][i]);
+          }
         } else {
 #pragma unroll
           for (int e = 0; e < kVec; ++e) k[u][i][e] = v[u][i][e] = 0.f;
@@ -313,17 +336,19 @@ constexpr int64_t kDecodeMaxQueries = 4;
 constexpr int64_t kMaxHead = 256;
 
 template <typename T>
-void launch_decode(const T* q, Queries qs, const int32_t* starts, const T* k, const T* v, T* out, int64_t B, int64_t Tn,
-                   int64_t D, int64_t cap, float scale) {
+void launch_decode(const T* q, Queries qs, const T* k_new, const T* v_new, int64_t kv_stride, const int32_t* starts,
+                   T* k, T* v, T* out, int64_t B, int64_t Tn, int64_t D, int64_t cap, float scale) {
   const unsigned blocks = static_cast<unsigned>(B * qs.H * Tn);
   const auto run = [&](auto vec, auto groups, auto chunks) {
     decode_kernel<T, decltype(vec)::value, decltype(groups)::value, decltype(chunks)::value>
-        <<<blocks, kDecodeWarps * 32, 0, rc::current_stream()>>>(q, qs, starts, k, v, out, Tn, D, cap, scale);
+        <<<blocks, kDecodeWarps * 32, 0, rc::current_stream()>>>(q, qs, k_new, v_new, kv_stride, starts, k, v, out, Tn,
+                                                                 D, cap, scale);
   };
   using I = std::integral_constant<int, 1>;
   constexpr int kVec = 16 / sizeof(T);
   using V = std::integral_constant<int, kVec>;
-  const bool aligned = aligned16(q) && aligned16(k) && aligned16(v) && qs.stride % kVec == 0;
+  const bool aligned = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(k_new) && aligned16(v_new) &&
+                       qs.stride % kVec == 0 && kv_stride % kVec == 0;
   if (aligned && D % kVec == 0 && D <= 32 * kVec) {
     // 16-byte vectors: a group of D / kVec lanes (rounded up to a power of two) per key.
     switch (next_pow2(D / kVec)) {
@@ -382,16 +407,18 @@ void with_cache(const void* q, int64_t q_stride, const void* k_new, const void* 
   const Queries qs{q_stride, H, H / KV};
   dispatch_float(dtype, "attention_with_cache", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const int threads = 256;
-    append_kernel<T><<<grid_for(B * Tn * KV * D, threads), threads, 0, rc::current_stream()>>>(
-        static_cast<const T*>(k_new), static_cast<const T*>(v_new), kv_stride, starts.data<int32_t>(),
-        k_cache.data<T>(), v_cache.data<T>(), B, Tn, KV, D, cap);
-    RETORT_CUDA_CHECK_LAUNCH();
     const T* qt = static_cast<const T*>(q);
+    const auto* kt = static_cast<const T*>(k_new);
+    const auto* vt = static_cast<const T*>(v_new);
     if (Tn <= kDecodeMaxQueries || D > kPrefillMaxHead) {
-      launch_decode<T>(qt, qs, starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(), out.data<T>(), B, Tn, D,
-                       cap, scale);
+      // The decode kernel appends the new positions itself.
+      launch_decode<T>(qt, qs, kt, vt, kv_stride, starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(),
+                       out.data<T>(), B, Tn, D, cap, scale);
     } else {
+      const int threads = 256;
+      append_kernel<T><<<grid_for(B * Tn * KV * D, threads), threads, 0, rc::current_stream()>>>(
+          kt, vt, kv_stride, starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(), B, Tn, KV, D, cap);
+      RETORT_CUDA_CHECK_LAUNCH();
       launch_prefill<T>(qt, qs, starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(), out.data<T>(), B, Tn, D,
                         cap, scale);
     }

@@ -8,10 +8,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "core/tensor/device.h"
 #include "parallel/comm/thread_ranks.h"
+#include "parallel/generate/sampler_kernels.h"
 #include "parallel/generate/vocab_sampler.h"
 #include "parallel/tp/sharding.h"
 #include "tests/parallel/generate/vocab_sampler_test_support.h"
@@ -55,6 +57,71 @@ std::vector<SamplingOptions> option_grid(uint64_t seed) {
 std::string describe(const SamplingOptions& o) {
   return "T " + std::to_string(o.temperature) + " top_k " + std::to_string(o.top_k) + " top_p " +
          std::to_string(o.top_p);
+}
+
+// The single passes a graphed decode step runs on the device (enqueue_argmax, enqueue_best_gumbel: per-row
+// parameters and results in device memory) give, through tokens_from_winners, exactly the CPU sampler's tokens;
+// the argmax also equals a float64 argmax written here (ties to the smaller id; -0 and +0 tie). Rows with tied
+// maxima and a row whose maximum is a signed zero are included.
+TEST(VocabSamplerCuda, TheDevicePassesOfAGraphedStepGiveTheSamplersTokens) {
+#ifndef RETORT_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (int64_t vocab : {50304, 262144}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " vocab " + std::to_string(vocab));
+      const int64_t rows = 7;
+      std::vector<double> v = random_logits(rows, vocab, 3.0, DType::F64, 11).to_doubles();
+      // Row 1: the maximum held by three ids; row 2: every logit <= 0, the maximum a -0 at 9 and a +0 at 4000.
+      for (int64_t j : {17, 30000, 40001}) v[static_cast<size_t>(vocab + j)] = 50.0;
+      for (int64_t j = 0; j < vocab; ++j) v[static_cast<size_t>(2 * vocab + j)] = -1.0 - (j % 5);
+      v[static_cast<size_t>(2 * vocab + 9)] = -0.0;
+      v[static_cast<size_t>(2 * vocab + 4000)] = 0.0;
+      const Tensor cpu = Tensor::from_doubles(v, {rows, vocab}, DType::F64).to(dtype);
+      const Tensor gpu = cpu.to(kGpu);
+      const std::vector<uint64_t> keys = random_keys(rows, 5);
+
+      Tensor best = Tensor::zeros({2 * rows}, DType::I32, kGpu);
+      auto winners = [&] {
+        const std::vector<int32_t> words = best.to_ints();
+        std::vector<uint64_t> out(static_cast<size_t>(rows));
+        std::memcpy(out.data(), words.data(), out.size() * sizeof(uint64_t));
+        return out;
+      };
+      generate::kernels::cuda::enqueue_argmax(gpu, 0, best.data<uint64_t>());
+      const std::vector<int32_t> greedy =
+          generate::tokens_from_winners(winners(), generate::SinglePassSampling::Argmax);
+      SamplingOptions greedy_options{0.0, 0, 1.0, 3};
+      EXPECT_EQ(greedy, sample_next_tokens(cpu, greedy_options, keys));
+      const std::vector<double> rounded = cpu.to_doubles();
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t want = 0;
+        for (int64_t j = 1; j < vocab; ++j)
+          if (rounded[static_cast<size_t>(r * vocab + j)] > rounded[static_cast<size_t>(r * vocab + want)]) want = j;
+        EXPECT_EQ(greedy[static_cast<size_t>(r)], want) << "row " << r;
+      }
+      EXPECT_EQ(greedy[1], 17);
+      EXPECT_EQ(greedy[2], 9);
+
+      for (double temperature : {0.7, 1.0}) {
+        std::vector<generate::kernels::SamplerRowParams> params;
+        for (uint64_t key : keys) params.push_back({key, 0u, 0.f});
+        Tensor device_params = Tensor::zeros({4 * rows}, DType::I32, kGpu);
+        std::vector<int32_t> words(static_cast<size_t>(4 * rows));
+        std::memcpy(words.data(), params.data(), params.size() * sizeof(params[0]));
+        device_params.copy_(Tensor::from_ints(words, {4 * rows}));
+        generate::kernels::cuda::enqueue_best_gumbel(
+            gpu, 0, temperature, 3, static_cast<const generate::kernels::SamplerRowParams*>(device_params.raw_data()),
+            best.data<uint64_t>());
+        SamplingOptions sampled{temperature, 0, 1.0, 3};
+        EXPECT_EQ(generate::tokens_from_winners(winners(), generate::SinglePassSampling::Gumbel),
+                  sample_next_tokens(cpu, sampled, keys))
+            << "T " << temperature;
+      }
+    }
+  }
+#endif
 }
 
 TEST(VocabSamplerCuda, SameTokensAsTheCpuForEveryOption) {

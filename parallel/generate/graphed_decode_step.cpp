@@ -1,0 +1,242 @@
+#include "parallel/generate/graphed_decode_step.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/util/error.h"
+#include "parallel/generate/kv_cache.h"
+#include "parallel/generate/sampler_kernels.h"
+#include "parallel/models/gpt_model.h"
+
+#ifdef RETORT_WITH_CUDA
+#include "core/cuda/cuda_context.h"
+#endif
+
+namespace retort::generate {
+
+using kernels::SamplerRowParams;
+
+namespace {
+
+// RETORT_DECODE_GRAPHS=0 (or off / false) turns graph decoding off for the whole process: the same binary then
+// measures decoding with and without graphs.
+bool graphs_allowed_by_environment() {
+  const char* value = std::getenv("RETORT_DECODE_GRAPHS");
+  if (!value) return true;
+  const std::string v(value);
+  return !(v == "0" || v == "off" || v == "false" || v == "OFF" || v == "FALSE");
+}
+
+}  // namespace
+
+bool decode_graph_applies(const GptModel& model, bool requested) {
+#ifdef RETORT_WITH_CUDA
+  if (!requested || !graphs_allowed_by_environment()) return false;
+  if (model.tp_group()) return false;
+  const auto params = model.named_parameters();
+  return !params.empty() && params.front().second.device().is_cuda();
+#else
+  (void)model;
+  (void)requested;
+  return false;
+#endif
+}
+
+#ifdef RETORT_WITH_CUDA
+
+struct GraphedDecodeStep::State {
+  const GptModel& model;
+  KvCache& cache;
+  DType dtype;
+  SamplingOptions sampling;
+  SinglePassSampling pass;
+  Device device;
+  int64_t batch;
+  cudaStream_t stream = nullptr;
+
+  // Pinned host staging, filled before each step: [batch] SamplerRowParams, then [batch] ids, then [batch]
+  // positions (i32). The device copy `inputs` has the same layout, in 4-byte words.
+  void* host_in = nullptr;
+  size_t in_bytes = 0;
+  Tensor inputs, ids, positions;
+  // Pinned results of the sampler pass: [batch] packed winners (u64).
+  void* host_out = nullptr;
+  size_t out_bytes = 0;
+  Tensor winners, logits;  // device outputs of the step (logits: only for pass None)
+  Tensor inv_freq;
+
+  cudaGraphExec_t exec = nullptr;
+  int64_t nodes = 0;
+  bool capture_failed = false;
+  int64_t steps = 0;
+
+  State(const GptModel& m, KvCache& c, DType d, const SamplingOptions& s)
+      : model(m), cache(c), dtype(d), sampling(s), pass(single_pass_sampling(s)) {}
+
+  ~State() {
+    // The buffers may still be read by queued work; wait for it before handing the graph and the pinned pages back.
+    if (stream) cudaStreamSynchronize(stream);
+    if (exec) cudaGraphExecDestroy(exec);
+    if (host_in) cudaFreeHost(host_in);
+    if (host_out) cudaFreeHost(host_out);
+  }
+
+  SamplerRowParams* host_params() const { return static_cast<SamplerRowParams*>(host_in); }
+  int32_t* host_ids() const { return reinterpret_cast<int32_t*>(host_params() + batch); }
+  int32_t* host_positions() const { return host_ids() + batch; }
+
+  // Everything one step does, enqueued on the compute stream: nothing here waits or touches pageable memory.
+  void enqueue() {
+    RETORT_CUDA_CHECK(cudaMemcpyAsync(inputs.raw_data(), host_in, in_bytes, cudaMemcpyHostToDevice, stream));
+    // The step's own tensors (activations, the logits) are allocated and freed inside it: in a graph they are
+    // memory nodes with fixed addresses.
+    const Tensor step_logits = model.decode_step(ids, positions, inv_freq, cache, dtype);
+    switch (pass) {
+      case SinglePassSampling::Argmax:
+        kernels::cuda::enqueue_argmax(step_logits, 0, winners.data<uint64_t>());
+        RETORT_CUDA_CHECK(cudaMemcpyAsync(host_out, winners.raw_data(), out_bytes, cudaMemcpyDeviceToHost, stream));
+        break;
+      case SinglePassSampling::Gumbel:
+        kernels::cuda::enqueue_best_gumbel(step_logits, 0, sampling.temperature, sampling.seed,
+                                           static_cast<const SamplerRowParams*>(inputs.raw_data()),
+                                           winners.data<uint64_t>());
+        RETORT_CUDA_CHECK(cudaMemcpyAsync(host_out, winners.raw_data(), out_bytes, cudaMemcpyDeviceToHost, stream));
+        break;
+      case SinglePassSampling::None:
+        RETORT_CUDA_CHECK(cudaMemcpyAsync(logits.raw_data(), step_logits.raw_data(), logits.nbytes(),
+                                          cudaMemcpyDeviceToDevice, stream));
+        break;
+    }
+  }
+
+  // Records enqueue() into a graph; on any failure the stream leaves capture mode, the error is cleared and the
+  // steps go on eagerly.
+  void capture() {
+    cudaGraph_t graph = nullptr;
+    std::string failure;
+    RETORT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    try {
+      enqueue();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    if (failure.empty() && ended != cudaSuccess)
+      failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(ended);
+    if (failure.empty()) {
+      size_t count = 0;
+      cudaGraphGetNodes(graph, nullptr, &count);
+      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+      if (made != cudaSuccess) {
+        failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(made);
+        exec = nullptr;
+      } else {
+        nodes = static_cast<int64_t>(count);
+        // Moves the one-time setup of the graph (its memory, its launch state) out of the first replay.
+        cudaGraphUpload(exec, stream);
+      }
+    }
+    if (graph) cudaGraphDestroy(graph);
+    if (!failure.empty()) {
+      cudaGetLastError();  // a failed capture leaves a (non-sticky) error behind
+      capture_failed = true;
+      spdlog::debug("generation: the decode step could not be captured in a CUDA graph ({}); decoding without one",
+                    failure);
+      return;
+    }
+    spdlog::debug("generation: the decode step of {} sequences is one CUDA graph of {} nodes", batch, nodes);
+  }
+};
+
+GraphedDecodeStep::GraphedDecodeStep(const GptModel& model, KvCache& cache, DType compute_dtype,
+                                     const SamplingOptions& sampling)
+    : state_(std::make_unique<State>(model, cache, compute_dtype, sampling)) {
+  State& s = *state_;
+  RETORT_CHECK(!model.tp_group(), "GraphedDecodeStep: a model with a tp group decodes without a graph");
+  s.device = model.named_parameters().front().second.device();
+  RETORT_CHECK(s.device.is_cuda(), "GraphedDecodeStep needs a model on a GPU, got one on {}", s.device.str());
+  cuda::DeviceGuard guard(s.device);
+  s.stream = cuda::compute_stream(s.device.index);
+  s.batch = cache.batch();
+  const int64_t B = s.batch;
+  static_assert(sizeof(SamplerRowParams) == 16, "four words per row");
+  s.in_bytes = static_cast<size_t>(B) * (sizeof(SamplerRowParams) + 2 * sizeof(int32_t));
+  RETORT_CUDA_CHECK(cudaMallocHost(&s.host_in, s.in_bytes));
+  std::memset(s.host_in, 0, s.in_bytes);
+  s.inputs = Tensor::zeros({6 * B}, DType::I32, s.device);
+  s.ids = s.inputs.rows(4 * B, B).view({B, 1});
+  s.positions = s.inputs.rows(5 * B, B).view({B, 1});
+  s.out_bytes = static_cast<size_t>(B) * 8;
+  RETORT_CUDA_CHECK(cudaMallocHost(&s.host_out, s.out_bytes));
+  s.winners = Tensor::empty({2 * B}, DType::I32, s.device);  // B 64-bit words
+  if (s.pass == SinglePassSampling::None) {
+    const int64_t local_vocab = model.config().padded_vocab(1);
+    s.logits = Tensor::empty({B, local_vocab}, compute_dtype, s.device);
+  }
+  s.inv_freq = model.rope_frequencies(s.device);
+}
+
+GraphedDecodeStep::~GraphedDecodeStep() = default;
+
+std::vector<int32_t> GraphedDecodeStep::run(const std::vector<int32_t>& last, const std::vector<uint64_t>& row_keys) {
+  State& s = *state_;
+  const int64_t B = s.batch;
+  RETORT_CHECK(static_cast<int64_t>(last.size()) == B && static_cast<int64_t>(row_keys.size()) == B,
+               "GraphedDecodeStep::run: {} tokens and {} row keys for a batch of {}", last.size(), row_keys.size(), B);
+  cuda::DeviceGuard guard(s.device);
+  // The previous step has been waited for, so no copy is still reading the staging buffer.
+  for (int64_t r = 0; r < B; ++r) {
+    const int64_t position = s.cache.length(r);
+    RETORT_INPUT_CHECK(position < s.cache.capacity(),
+                       "sequence {} holds {} positions, all of its KV cache's {}: the context is full", r, position,
+                       s.cache.capacity());
+    s.host_params()[r] = SamplerRowParams{row_keys[static_cast<size_t>(r)], 0u, 0.f};
+    s.host_ids()[r] = last[static_cast<size_t>(r)];
+    s.host_positions()[r] = static_cast<int32_t>(position);
+  }
+  // The first step warms up eagerly; the second is captured (capture only records: the graph then runs it).
+  if (s.steps >= 1 && !s.exec && !s.capture_failed) s.capture();
+  if (s.exec) {
+    RETORT_CUDA_CHECK(cudaGraphLaunch(s.exec, s.stream));
+  } else {
+    s.enqueue();
+  }
+  ++s.steps;
+  if (s.pass == SinglePassSampling::None) return sample_next_tokens(s.logits, s.sampling, row_keys);
+  RETORT_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  const auto* winners = static_cast<const uint64_t*>(s.host_out);
+  return tokens_from_winners(std::vector<uint64_t>(winners, winners + B), s.pass);
+}
+
+bool GraphedDecodeStep::graphed() const {
+  return state_->exec != nullptr;
+}
+
+int64_t GraphedDecodeStep::graph_nodes() const {
+  return state_->nodes;
+}
+
+#else  // no CUDA: never constructed (decode_graph_applies is false), but the declarations must link.
+
+struct GraphedDecodeStep::State {};
+
+GraphedDecodeStep::GraphedDecodeStep(const GptModel&, KvCache&, DType, const SamplingOptions&) {
+  throw Error("GraphedDecodeStep: this retort build has no CUDA backend");
+}
+GraphedDecodeStep::~GraphedDecodeStep() = default;
+std::vector<int32_t> GraphedDecodeStep::run(const std::vector<int32_t>&, const std::vector<uint64_t>&) {
+  return {};
+}
+bool GraphedDecodeStep::graphed() const {
+  return false;
+}
+int64_t GraphedDecodeStep::graph_nodes() const {
+  return 0;
+}
+
+#endif
+
+}  // namespace retort::generate

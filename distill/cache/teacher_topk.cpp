@@ -8,6 +8,7 @@
 #include "core/data/token_shard.h"
 #include "core/util/error.h"
 #include "core/util/human_format.h"
+#include "distill/cache/teacher_sample.h"
 #include "parallel/tp/vocab_topk.h"
 
 namespace retort::distill {
@@ -84,6 +85,9 @@ TeacherTopKReport generate_teacher_topk(const TeacherLogitsFn& teacher, const Te
   const bool writes = !options.group || options.group->rank() == 0;
 
   TopKCacheSpec spec;
+  spec.kind = options.kind;
+  spec.sample_temperature = options.kind == CacheKind::Sampled ? options.sample_temperature : 1.0;
+  spec.sample_seed = options.kind == CacheKind::Sampled ? options.sample_seed : 0;
   spec.k = options.k;
   spec.vocab = options.vocab;
   spec.value_type = options.dtype;
@@ -138,11 +142,20 @@ TeacherTopKReport generate_teacher_topk(const TeacherLogitsFn& teacher, const Te
                        "teacher top-k: the teacher's logits are split over {}, but options.group is not set; pass the "
                        "tp group so that only its rank 0 writes",
                        logits.sharding().group ? logits.sharding().group->describe() : "");
-    const tp::VocabTopK top = tp::vocab_topk(logits, topk_options);
-    if (writer) {
-      const std::vector<int32_t> indices = top.indices.to_ints();
-      const std::vector<float> logprobs = top.logprobs.to_floats(), lse = top.lse.to_floats();
-      writer->append(w * T, b * T, indices, logprobs, lse);
+    if (options.kind == CacheKind::Sampled) {
+      std::vector<int64_t> positions(static_cast<size_t>(b * T));
+      for (int64_t i = 0; i < b * T; ++i) positions[static_cast<size_t>(i)] = w * T + i;
+      const VocabSample sample = sample_vocab(
+          logits, positions,
+          {options.k, options.temperature, options.sample_temperature, options.sample_seed, options.group});
+      if (writer) writer->append_sampled(w * T, b * T, sample.indices, sample.counts, sample.log_ratios, sample.lse);
+    } else {
+      const tp::VocabTopK top = tp::vocab_topk(logits, topk_options);
+      if (writer) {
+        const std::vector<int32_t> indices = top.indices.to_ints();
+        const std::vector<float> logprobs = top.logprobs.to_floats(), lse = top.lse.to_floats();
+        writer->append(w * T, b * T, indices, logprobs, lse);
+      }
     }
     const int64_t computed = b * T - std::max<int64_t>(0, resume_at - w * T);
     report.computed_tokens += computed;

@@ -42,6 +42,7 @@ struct DistillRunReport {
   double cache_seconds = 0;
   int64_t cache_tokens = 0;
   double cache_bytes_per_token = 0;
+  std::string cache_kind = "topk";  // distill.cache_kind: "topk" or "sampled" (its KD student's signal)
   StudentOutcome kd, labels;
   double total_seconds = 0;
   bool main_rank = true;  // world rank 0: the one that reports

@@ -65,78 +65,98 @@ VocabSample sample_vocab(const Tensor& logits, std::span<const int64_t> position
   const bool tempered = o.proposal_temperature != 1.0;
   const std::vector<float> host = logits.to(Device::cpu()).to_floats();
 
-  // 1. Per row and shard: the log-masses of the teacher at T and of the proposal.
-  std::vector<double> scaled(static_cast<size_t>(local)), proposal(static_cast<size_t>(local));
+  // 1. Per row and shard: the log-masses of the teacher at T and of the proposal (the same at t = 1). Rows in
+  // parallel: each is one read of its logits.
   std::vector<float> shard_masses(static_cast<size_t>(rows * 2));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = host.data() + r * local;
-    for (int64_t j = 0; j < local; ++j) {
-      scaled[static_cast<size_t>(j)] = static_cast<double>(x[j]) * inv_t;
-      proposal[static_cast<size_t>(j)] = static_cast<double>(x[j]) * inv_proposal;
+#pragma omp parallel
+  {
+    std::vector<double> scaled(static_cast<size_t>(local)), proposal(static_cast<size_t>(local));
+#pragma omp for
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* x = host.data() + r * local;
+      for (int64_t j = 0; j < local; ++j) {
+        scaled[static_cast<size_t>(j)] = static_cast<double>(x[j]) * inv_t;
+        if (tempered) proposal[static_cast<size_t>(j)] = static_cast<double>(x[j]) * inv_proposal;
+      }
+      const double teacher_log = log_sum_exp(scaled.data(), local);
+      shard_masses[static_cast<size_t>(2 * r)] = static_cast<float>(teacher_log);
+      shard_masses[static_cast<size_t>(2 * r + 1)] =
+          static_cast<float>(tempered ? log_sum_exp(proposal.data(), local) : teacher_log);
     }
-    shard_masses[static_cast<size_t>(2 * r)] = static_cast<float>(log_sum_exp(scaled.data(), local));
-    shard_masses[static_cast<size_t>(2 * r + 1)] = static_cast<float>(log_sum_exp(proposal.data(), local));
   }
   std::vector<float> all_masses = shard_masses;  // [tp, rows, 2]
   if (group) {
     const Tensor mine = Tensor::from_floats(shard_masses, {rows, 2}, DType::F32, Device::cpu());
     all_masses = group->all_gather(mine.to(logits.device()), 0).to_floats();
   }
+  // A row without a finite logit anywhere has no distribution to sample (checked before the parallel loop, which
+  // must not throw).
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> proposal_logs(static_cast<size_t>(tp));
+    for (int s = 0; s < tp; ++s)
+      proposal_logs[static_cast<size_t>(s)] = all_masses[static_cast<size_t>((s * rows + r) * 2 + 1)];
+    RETORT_INPUT_CHECK(std::isfinite(combine(proposal_logs)),
+                       "sample_vocab: row {} (stream position {}) has no finite logit (all -inf or NaN): the teacher "
+                       "gives no distribution to sample",
+                       r, positions[static_cast<size_t>(r)]);
+  }
 
   // 2. Every draw: the shard that holds its uniform (known to every rank), inverted by that shard's rank alone.
   std::vector<int32_t> drawn(static_cast<size_t>(rows * K), 0);
   std::vector<float> drawn_ratio(static_cast<size_t>(rows * K), 0.f);
   std::vector<float> lse(static_cast<size_t>(rows));
-  std::vector<double> cdf(static_cast<size_t>(local));
-  std::vector<double> teacher_logs(static_cast<size_t>(tp)), proposal_logs(static_cast<size_t>(tp));
-  std::vector<double> bounds(static_cast<size_t>(tp));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int s = 0; s < tp; ++s) {
-      teacher_logs[static_cast<size_t>(s)] = all_masses[static_cast<size_t>((s * rows + r) * 2)];
-      proposal_logs[static_cast<size_t>(s)] = all_masses[static_cast<size_t>((s * rows + r) * 2 + 1)];
-    }
-    const double teacher_lse = combine(teacher_logs), proposal_lse = combine(proposal_logs);
-    RETORT_INPUT_CHECK(std::isfinite(proposal_lse),
-                       "sample_vocab: row {} (stream position {}) has no finite logit (all -inf or NaN): the teacher "
-                       "gives no distribution to sample",
-                       r, positions[static_cast<size_t>(r)]);
-    lse[static_cast<size_t>(r)] = static_cast<float>(teacher_lse);
-    // Shard s holds [C_{s-1}, C_s) of [0, 1); the last shard with mass ends at 1 whatever the rounding.
-    double cumulative = 0;
-    int last_with_mass = 0;
-    for (int s = 0; s < tp; ++s) {
-      const double mass = std::exp(proposal_logs[static_cast<size_t>(s)] - proposal_lse);
-      cumulative += mass;
-      bounds[static_cast<size_t>(s)] = cumulative;
-      if (mass > 0) last_with_mass = s;
-    }
-    bounds[static_cast<size_t>(last_with_mass)] = 1.0;
-    for (int s = last_with_mass + 1; s < tp; ++s) bounds[static_cast<size_t>(s)] = 1.0;
-    // This shard's CDF of e^{proposal_j - lse_s}, in double.
-    const float* x = host.data() + r * local;
-    const double own_log = proposal_logs[static_cast<size_t>(rank)];
-    double running = 0;
-    for (int64_t j = 0; j < local; ++j) {
-      const double v = static_cast<double>(x[j]) * inv_proposal;
-      running += own_log == kNegInf || v == kNegInf ? 0.0 : std::exp(v - own_log);
-      cdf[static_cast<size_t>(j)] = running;
-    }
-    for (int64_t d = 0; d < K; ++d) {
-      const double u = sample_uniform(o.seed, positions[static_cast<size_t>(r)], static_cast<int>(d));
-      const int owner =
-          static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), u) - bounds.begin());  // first C_s > u
-      if (owner != rank) continue;
-      const double below = owner == 0 ? 0.0 : bounds[static_cast<size_t>(owner - 1)];
-      const double width = bounds[static_cast<size_t>(owner)] - below;
-      const double v = std::clamp((u - below) / width, 0.0, std::nextafter(1.0, 0.0));
-      // The first column whose CDF passes v x (the shard's own total): a column of zero mass is never chosen.
-      const auto at = std::upper_bound(cdf.begin(), cdf.end(), v * running) - cdf.begin();
-      const int64_t j = std::min<int64_t>(at, local - 1);
-      drawn[static_cast<size_t>(r * K + d)] = static_cast<int32_t>(start + j);
-      if (tempered) {
-        const double xj = static_cast<double>(x[j]);
-        drawn_ratio[static_cast<size_t>(r * K + d)] =
-            static_cast<float>((xj * inv_t - teacher_lse) - (xj * inv_proposal - proposal_lse));
+#pragma omp parallel
+  {
+    std::vector<double> cdf(static_cast<size_t>(local));
+    std::vector<double> teacher_logs(static_cast<size_t>(tp)), proposal_logs(static_cast<size_t>(tp));
+    std::vector<double> bounds(static_cast<size_t>(tp));
+#pragma omp for
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int s = 0; s < tp; ++s) {
+        teacher_logs[static_cast<size_t>(s)] = all_masses[static_cast<size_t>((s * rows + r) * 2)];
+        proposal_logs[static_cast<size_t>(s)] = all_masses[static_cast<size_t>((s * rows + r) * 2 + 1)];
+      }
+      const double teacher_lse = combine(teacher_logs), proposal_lse = combine(proposal_logs);
+      lse[static_cast<size_t>(r)] = static_cast<float>(teacher_lse);
+      // Shard s holds [C_{s-1}, C_s) of [0, 1); the last shard with mass ends at 1 whatever the rounding.
+      double cumulative = 0;
+      int last_with_mass = 0;
+      for (int s = 0; s < tp; ++s) {
+        const double mass = std::exp(proposal_logs[static_cast<size_t>(s)] - proposal_lse);
+        cumulative += mass;
+        bounds[static_cast<size_t>(s)] = cumulative;
+        if (mass > 0) last_with_mass = s;
+      }
+      for (int s = last_with_mass; s < tp; ++s) bounds[static_cast<size_t>(s)] = 1.0;
+      // This shard's CDF of e^{proposal_j - lse_s}, in double; built only when one of the row's draws lands here.
+      const float* x = host.data() + r * local;
+      const double own_log = proposal_logs[static_cast<size_t>(rank)];
+      double running = -1;
+      for (int64_t d = 0; d < K; ++d) {
+        const double u = sample_uniform(o.seed, positions[static_cast<size_t>(r)], static_cast<int>(d));
+        const int owner =
+            static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), u) - bounds.begin());  // first C_s > u
+        if (owner != rank) continue;
+        if (running < 0) {
+          running = 0;
+          for (int64_t j = 0; j < local; ++j) {
+            const double v = static_cast<double>(x[j]) * inv_proposal;
+            running += own_log == kNegInf || v == kNegInf ? 0.0 : std::exp(v - own_log);
+            cdf[static_cast<size_t>(j)] = running;
+          }
+        }
+        const double below = owner == 0 ? 0.0 : bounds[static_cast<size_t>(owner - 1)];
+        const double width = bounds[static_cast<size_t>(owner)] - below;
+        const double v = std::clamp((u - below) / width, 0.0, std::nextafter(1.0, 0.0));
+        // The first column whose CDF passes v x (the shard's own total): a column of zero mass is never chosen.
+        const auto at = std::upper_bound(cdf.begin(), cdf.end(), v * running) - cdf.begin();
+        const int64_t j = std::min<int64_t>(at, local - 1);
+        drawn[static_cast<size_t>(r * K + d)] = static_cast<int32_t>(start + j);
+        if (tempered) {
+          const double xj = static_cast<double>(x[j]);
+          drawn_ratio[static_cast<size_t>(r * K + d)] =
+              static_cast<float>((xj * inv_t - teacher_lse) - (xj * inv_proposal - proposal_lse));
+        }
       }
     }
   }

@@ -156,9 +156,9 @@ class TopKCacheWriter {
 // What a trainer expects of a cache; each set field must match, or opening it is an InputError.
 struct TopKCacheExpectation {
   std::optional<CacheKind> kind = std::nullopt;  // the other kind is an InputError that names distill.cache_kind
-  std::optional<int> k;
-  std::optional<std::string> tokenizer_id;
-  std::optional<DatasetIdentity> dataset;
+  std::optional<int> k = std::nullopt;
+  std::optional<std::string> tokenizer_id = std::nullopt;
+  std::optional<DatasetIdentity> dataset = std::nullopt;
   bool verify_checksums = true;  // reads every payload once on open
 };
 

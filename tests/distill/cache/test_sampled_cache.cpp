@@ -5,10 +5,13 @@
 // another kind refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 
+#include "distill/cache/cache_targets.h"
 #include "distill/cache/topk_cache.h"
 #include "tests/test_support.h"
 
@@ -179,6 +182,39 @@ TEST(SampledCache, RowsWhoseCountsDoNotAddUpToKAreRefused) {
   Rows rows = random_rows(1, 6);
   rows.counts[0] += 1;
   EXPECT_THROW(writer.append_sampled(0, 1, rows.indices, rows.counts, rows.log_ratios, rows.lse), Error);
+}
+
+// A student batch's targets from a sampled cache: the loss's log-weights log(c / K) + log(p / r), -inf where no draw
+// hit, and the rows past the cache masked.
+TEST(SampledCache, BatchTargetsAreTheEstimatorsLogWeights) {
+  testing::TempFolder folder;
+  const TopKCacheSpec spec = sampled_spec(CacheValueType::F32);
+  const Rows rows = random_rows(spec.cache_tokens, 7);
+  write_sampled(folder.path(), spec, rows);
+  const TopKCacheReader reader = TopKCacheReader::open(folder.path());
+  data::TokenBatch batch;
+  batch.batch = 2;
+  batch.seq = 4;
+  batch.window_starts = {3, 15};  // the second row runs past the 17 positions
+  batch.targets.assign(8, 1);
+  const losses::TopkTargets t = cache_targets_for_batch(reader, batch);
+  const std::vector<int32_t> ids = t.indices.to_ints(), mask = t.mask.to_ints();
+  const std::vector<double> weights = t.logprobs.to_doubles();
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 4; ++i) {
+      const int64_t position = batch.window_starts[static_cast<size_t>(b)] + i, row = b * 4 + i;
+      ASSERT_EQ(mask[static_cast<size_t>(row)], position < 17 ? 1 : 0) << position;
+      if (position >= 17) continue;
+      for (int64_t j = 0; j < kDraws; ++j) {
+        const size_t at = static_cast<size_t>(position * kDraws + j), got = static_cast<size_t>(row * kDraws + j);
+        EXPECT_EQ(ids[got], rows.indices[at]);
+        if (rows.counts[at] == 0) {
+          EXPECT_EQ(weights[got], -std::numeric_limits<double>::infinity());
+        } else {
+          EXPECT_NEAR(weights[got], std::log(rows.counts[at] / double{kDraws}) + rows.log_ratios[at], 1e-6);
+        }
+      }
+    }
 }
 
 }  // namespace

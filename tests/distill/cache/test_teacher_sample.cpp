@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "core/tensor/device.h"
 #include "core/util/error.h"
 #include "distill/cache/teacher_sample.h"
 #include "parallel/comm/thread_ranks.h"
@@ -144,6 +145,22 @@ TEST(TeacherSample, DrawsDependOnlyOnTheSeedAndThePosition) {
   EXPECT_TRUE(std::equal(tail.indices.begin(), tail.indices.end(), whole.indices.begin() + 30 * 5));
   const VocabSample other_seed = sample_rows(x, 40, 1, {.draws = 5, .seed = 4});
   EXPECT_NE(other_seed.indices, whole.indices);
+}
+
+// Logits on the GPU are read on the host: the same draws as from the same logits on the CPU.
+TEST(TeacherSample, LogitsOnTheGpuGiveTheSameDraws) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<double> x = teacher_logits(10);
+  std::vector<double> values;
+  std::vector<int64_t> positions;
+  for (int64_t r = 0; r < 64; ++r) values.insert(values.end(), x.begin(), x.end()), positions.push_back(r);
+  const Tensor logits = Tensor::from_doubles(values, {64, kVocab}, DType::F32);
+  const VocabSampleOptions o{.draws = 8, .temperature = 1.3, .proposal_temperature = 1.5, .seed = 1};
+  const VocabSample cpu = sample_vocab(logits, positions, o);
+  const VocabSample gpu = sample_vocab(logits.to(Device::cuda(0)), positions, o);
+  EXPECT_EQ(gpu.indices, cpu.indices);
+  EXPECT_EQ(gpu.counts, cpu.counts);
+  EXPECT_EQ(gpu.log_ratios, cpu.log_ratios);
 }
 
 TEST(TeacherSample, BadSettingsAreErrors) {

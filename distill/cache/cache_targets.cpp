@@ -58,10 +58,11 @@ distill::TopKCacheReader open_matching_cache(const fs::path& directory, const Ca
   distill::TopKCacheReader reader = distill::TopKCacheReader::open(directory, expect);
   const char* letter = need.kind == CacheKind::Sampled ? "K" : "k";
   const char* key = need.kind == CacheKind::Sampled ? "distill.sample_k" : "distill.k";
-  RETORT_INPUT_CHECK(reader.k() == need.k,
-                     "the cache '{}' holds {} = {} entries per token, the run asks for {} = {}: set {}={} or write a cache "
-                     "with {} = {} into another distill.cache_dir",
-                     directory.string(), letter, reader.k(), letter, need.k, key, reader.k(), letter, need.k);
+  RETORT_INPUT_CHECK(
+      reader.k() == need.k,
+      "the cache '{}' holds {} = {} entries per token, the run asks for {} = {}: set {}={} or write a cache "
+      "with {} = {} into another distill.cache_dir",
+      directory.string(), letter, reader.k(), letter, need.k, key, reader.k(), letter, need.k);
   RETORT_INPUT_CHECK(reader.spec().vocab == need.vocab_size,
                      "the top-k cache '{}' was written over a vocabulary of {} but the student's is {}: write the "
                      "cache with a teacher of the student's tokenizer",

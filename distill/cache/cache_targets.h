@@ -30,7 +30,7 @@ DatasetIdentity token_stream_identity(const std::vector<std::filesystem::path>& 
 struct CacheRequirements {
   CacheKind kind = CacheKind::TopK;  // a cache of the other kind is refused (distill.cache_kind)
   int k = 64;                        // distill.k, or distill.sample_k for a sampled cache
-  std::string tokenizer_id;  // the student's tokenizer fingerprint
+  std::string tokenizer_id;          // the student's tokenizer fingerprint
   int64_t vocab_size = 0;
   DatasetIdentity dataset;
   double temperature = 1.0;  // the cache's teacher.json must record this temperature

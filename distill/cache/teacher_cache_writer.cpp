@@ -59,10 +59,11 @@ distill::TeacherTopKReport write_teacher_cache(const ResolvedConfig& config, Dev
     const CacheKind kind = cache_kind_from(config);
     if (fs::exists(directory / kCacheInfoFile)) {
       const std::string cached_kind = read_cache_info(directory).value("kind", std::string("topk"));
-      RETORT_INPUT_CHECK(cached_kind == cache_kind_name(kind),
-                         "the folder '{}' holds a {} cache, the run writes a {} cache (distill.cache_kind): use another "
-                         "distill.cache_dir or delete it",
-                         directory.string(), cached_kind, cache_kind_name(kind));
+      RETORT_INPUT_CHECK(
+          cached_kind == cache_kind_name(kind),
+          "the folder '{}' holds a {} cache, the run writes a {} cache (distill.cache_kind): use another "
+          "distill.cache_dir or delete it",
+          directory.string(), cached_kind, cache_kind_name(kind));
       const double cached = read_cache_info(directory).value("temperature", 1.0);
       RETORT_INPUT_CHECK(cached == temperature,
                          "the folder '{}' holds a cache at temperature {}, not {}: use another distill.cache_dir or "

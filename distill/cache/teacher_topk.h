@@ -33,7 +33,7 @@ struct TeacherTopKDataset {
 };
 
 struct TeacherTopKOptions {
-  int k = 64;  // top-k: entries per token; sampled: draws per token (K)
+  int k = 64;                        // top-k: entries per token; sampled: draws per token (K)
   CacheKind kind = CacheKind::TopK;  // Sampled: K ids drawn from the teacher (teacher_sample.h) instead of its top-k
   double sample_temperature = 1.0;   // sampled: the proposal temperature t (r ~ p^(1/t))
   uint64_t sample_seed = 0;          // sampled: the seed of the draws

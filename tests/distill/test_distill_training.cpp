@@ -338,7 +338,8 @@ TEST(DistillEndToEnd, CudaSampledStudentFollowsTheCpuStudent) {
   std::vector<double> losses[2];
   for (int gpu = 0; gpu < 2; ++gpu) {
     const auto keys = sampled_student_overrides(root, out / "cache", out / (gpu ? "gpu" : "cpu"));
-    losses[gpu] = run_distill_training(resolve_distill(keys), gpu ? Device::cuda(0) : Device::cpu(), false).train_losses;
+    losses[gpu] =
+        run_distill_training(resolve_distill(keys), gpu ? Device::cuda(0) : Device::cpu(), false).train_losses;
   }
   ASSERT_EQ(losses[0].size(), losses[1].size());
   for (size_t i = 0; i < losses[0].size(); ++i)

@@ -63,7 +63,10 @@ VocabSample sample_vocab(const Tensor& logits, std::span<const int64_t> position
   const int64_t start = rank * local;
   const double inv_t = 1.0 / o.temperature, inv_proposal = 1.0 / (o.temperature * o.proposal_temperature);
   const bool tempered = o.proposal_temperature != 1.0;
-  const std::vector<float> host = logits.to(Device::cpu()).to_floats();
+  // The logits as f32 on the host, read in place when they already are (no copy of [rows, V_local]).
+  const Tensor on_host = logits.to(Device::cpu());
+  const Tensor host_f32 = on_host.dtype() == DType::F32 ? on_host : on_host.to(DType::F32);
+  const float* host = host_f32.data<float>();
 
   // 1. Per row and shard: the log-masses of the teacher at T and of the proposal (the same at t = 1). Rows in
   // parallel: each is one read of its logits.
@@ -73,7 +76,7 @@ VocabSample sample_vocab(const Tensor& logits, std::span<const int64_t> position
     std::vector<double> scaled(static_cast<size_t>(local)), proposal(static_cast<size_t>(local));
 #pragma omp for
     for (int64_t r = 0; r < rows; ++r) {
-      const float* x = host.data() + r * local;
+      const float* x = host + r * local;
       for (int64_t j = 0; j < local; ++j) {
         scaled[static_cast<size_t>(j)] = static_cast<double>(x[j]) * inv_t;
         if (tempered) proposal[static_cast<size_t>(j)] = static_cast<double>(x[j]) * inv_proposal;
@@ -129,7 +132,7 @@ VocabSample sample_vocab(const Tensor& logits, std::span<const int64_t> position
       }
       for (int s = last_with_mass; s < tp; ++s) bounds[static_cast<size_t>(s)] = 1.0;
       // This shard's CDF of e^{proposal_j - lse_s}, in double; built only when one of the row's draws lands here.
-      const float* x = host.data() + r * local;
+      const float* x = host + r * local;
       const double own_log = proposal_logs[static_cast<size_t>(rank)];
       double running = -1;
       for (int64_t d = 0; d < K; ++d) {

@@ -83,6 +83,7 @@ TeacherTopKReport generate_teacher_topk(const TeacherLogitsFn& teacher, const Te
                      "sequence length or more data",
                      stream.size(), T);
   const bool writes = !options.group || options.group->rank() == 0;
+  const char* stage = options.kind == CacheKind::Sampled ? "teacher sampling" : "teacher top-k";
 
   TopKCacheSpec spec;
   spec.kind = options.kind;
@@ -116,7 +117,7 @@ TeacherTopKReport generate_teacher_topk(const TeacherLogitsFn& teacher, const Te
   report.cache_tokens = spec.cache_tokens;
   report.resumed_tokens = resume_at;
   if (resume_at > 0)
-    spdlog::info("teacher top-k: resuming the cache in '{}' at token {} of {}", options.output_dir.string(), resume_at,
+    spdlog::info("{}: resuming the cache in '{}' at token {} of {}", stage, options.output_dir.string(), resume_at,
                  spec.cache_tokens);
   const auto started = std::chrono::steady_clock::now();
   auto last_log = started;
@@ -164,7 +165,7 @@ TeacherTopKReport generate_teacher_topk(const TeacherLogitsFn& teacher, const Te
     const auto now = std::chrono::steady_clock::now();
     if (calls % options.log_every == 0 || w + b >= windows) {
       const double seconds = std::chrono::duration<double>(now - last_log).count();
-      spdlog::info("teacher top-k: {} / {} tokens ({:.1f}%), {:.0f} tokens/s", (w + b) * T, spec.cache_tokens,
+      spdlog::info("{}: {} / {} tokens ({:.1f}%), {:.0f} tokens/s", stage, (w + b) * T, spec.cache_tokens,
                    100.0 * static_cast<double>((w + b) * T) / static_cast<double>(spec.cache_tokens),
                    seconds > 0 ? static_cast<double>(tokens_since_log) / seconds : 0.0);
       last_log = now;
@@ -175,7 +176,7 @@ TeacherTopKReport generate_teacher_topk(const TeacherLogitsFn& teacher, const Te
                writer->next_token(), spec.cache_tokens);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   report.tokens_per_second = report.seconds > 0 ? static_cast<double>(report.computed_tokens) / report.seconds : 0.0;
-  spdlog::info("teacher top-k: cache of {} tokens in '{}' ({} computed in {}, {:.0f} tokens/s)", spec.cache_tokens,
+  spdlog::info("{}: cache of {} tokens in '{}' ({} computed in {}, {:.0f} tokens/s)", stage, spec.cache_tokens,
                options.output_dir.string(), report.computed_tokens, format_duration(report.seconds),
                report.tokens_per_second);
   return report;

@@ -69,6 +69,22 @@ distill::TeacherTopKReport write_teacher_cache(const ResolvedConfig& config, Dev
                          "the folder '{}' holds a cache at temperature {}, not {}: use another distill.cache_dir or "
                          "delete it",
                          directory.string(), cached, temperature);
+      if (kind == CacheKind::Sampled) {
+        // Every setting the draws depend on: a resumed cache must continue the same draws.
+        const nlohmann::json info = read_cache_info(directory);
+        const std::pair<const char*, double> settings[] = {
+            {"sample_k", static_cast<double>(config.get_int("distill.sample_k"))},
+            {"sample_temperature", config.get_double("distill.sample_temperature")},
+            {"sample_seed", static_cast<double>(config.get_int("distill.sample_seed"))}};
+        for (const auto& [key, want] : settings) {
+          const double have = info.value(key, want);
+          RETORT_INPUT_CHECK(
+              have == want,
+              "the folder '{}' holds a sampled cache with {} = {}, the run asks for distill.{} = {}: use "
+              "another distill.cache_dir or delete it",
+              directory.string(), key, have, key, want);
+        }
+      }
     }
     nlohmann::json info{{"temperature", temperature},
                         {"teacher", teacher.run_dir.string()},

@@ -317,6 +317,18 @@ TEST(DistillEndToEnd, ASampledCacheTrainsAStudent) {
   EXPECT_LT(late, 0.8 * early) << "KD loss " << early << " -> " << late;
   EXPECT_LT(mean_of(records, 20, 24, "ce"), mean_of(records, 0, 4, "ce"));
 
+  // Writing into that folder with another seed would mix two sets of draws: refused before any work.
+  auto reseeded = keys;
+  reseeded.push_back("distill.sample_seed=7");
+  try {
+    write_teacher_cache(resolve_distill(reseeded), Device::cpu());
+    ADD_FAILURE() << "a sampled cache was continued with another seed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("sample_seed = 0, the run asks for distill.sample_seed = 7"),
+              std::string::npos)
+        << e.what();
+  }
+
   auto topk = keys;
   topk.push_back("distill.cache_kind=topk");
   topk.push_back("run.dir=" + (out / "topk_student").string());

@@ -15,7 +15,21 @@ ConfigSchema distill_schema(const std::string& default_run_dir) {
                "the teacher's run directory (a `retort train` run: config.yaml and checkpoints) or a Hugging Face "
                "checkpoint folder (config.json, safetensors, tokenizer.json); empty: run.dir/teacher, the teacher "
                "`distill run` trains. A teacher named here is used as it is, never trained");
-  s.add_string("distill.cache_dir", "", "folder of the top-k cache; empty: run.dir/teacher_topk");
+  s.add_string("distill.cache_dir", "",
+               "folder of the teacher cache; empty: run.dir/teacher_topk (distill.cache_kind=topk) or "
+               "run.dir/teacher_sampled (sampled)");
+  s.add_string("distill.cache_kind", "topk",
+               "topk: the teacher's top distill.k log-probabilities per token (distill.loss picks the divergence); "
+               "sampled: distill.sample_k ids drawn per token from the teacher at distill.sample_temperature, with "
+               "their counts and importance weights, trained with the unbiased sampled forward-KL estimate "
+               "(sampled-logit KD, Anshumann et al. 2025)")
+      .choices({"topk", "sampled"});
+  s.add_int("distill.sample_k", 64, "sampled cache: draws per token (with replacement; K)").range(1, 65535);
+  s.add_float("distill.sample_temperature", 1.0,
+              "sampled cache: proposal temperature t, ids drawn from p^(1/t) renormalised (p: the teacher at "
+              "distill.temperature); 1: the teacher itself, the weights are the draw counts / K")
+      .greater_than(0);
+  s.add_int("distill.sample_seed", 0, "sampled cache: seed of the draws (a position's draws depend only on it)").min(0);
   s.add_int("distill.k", 64, "teacher log-probabilities kept per token").range(1, 1 << 16);
   s.add_string("distill.cache_dtype", "bf16", "precision of the cached log-probabilities").choices({"bf16", "f32"});
   s.add_int("distill.topk_batch_size", 16, "windows per teacher call when the cache is written").range(1, 1 << 20);
@@ -75,6 +89,13 @@ ConfigSchema distill_schema(const std::string& default_run_dir) {
             "`distill run`: steps between the teacher's checkpoints (where --resume continues it; 0: only at the end)")
       .min(0);
   s.add_check([](const ResolvedConfig& c) -> std::string {
+    if (c.get_string("distill.cache_kind") == "sampled" && c.get_string("distill.loss") != "forward_kl_rest")
+      return "distill.cache_kind=sampled trains with the sampled forward-KL estimate, so distill.loss does not apply: "
+             "leave distill.loss at forward_kl_rest, or use distill.cache_kind=topk for " +
+             c.get_string("distill.loss");
+    if (c.get_string("distill.cache_kind") == "sampled" && cross_tokenizer(c))
+      return "distill.cache_kind=sampled is not available with distill.xtoken.enabled (the cross-tokenizer loss reads "
+             "top-k rows): use distill.cache_kind=topk";
     if (c.get_int("teacher.n_embd") % c.get_int("teacher.n_head") != 0)
       return "teacher.n_embd must be a multiple of teacher.n_head";
     if (c.get_double("teacher.min_lr") > c.get_double("teacher.lr")) return "teacher.min_lr must not exceed teacher.lr";
@@ -87,13 +108,23 @@ DistillMode distill_mode_from(const ResolvedConfig& c) {
   return c.get_string("distill.mode") == "online" ? DistillMode::kOnline : DistillMode::kCache;
 }
 
+CacheKind cache_kind_from(const ResolvedConfig& c) {
+  return cache_kind_from_name(c.get_string("distill.cache_kind"));
+}
+
+int cache_entries_from(const ResolvedConfig& c) {
+  return static_cast<int>(cache_kind_from(c) == CacheKind::Sampled ? c.get_int("distill.sample_k")
+                                                                   : c.get_int("distill.k"));
+}
+
 losses::TopkDistillationOptions topk_loss_options_from(const ResolvedConfig& c) {
   losses::TopkDistillationOptions o;
   const std::string loss = c.get_string("distill.loss");
-  o.divergence = loss == "forward_kl_renormalized" ? losses::TopkDivergence::ForwardKLRenormalized
-                 : loss == "reverse_kl"            ? losses::TopkDivergence::ReverseKL
-                 : loss == "mixed"                 ? losses::TopkDivergence::Mixed
-                                                   : losses::TopkDivergence::ForwardKLRest;
+  o.divergence = cache_kind_from(c) == CacheKind::Sampled ? losses::TopkDivergence::ForwardKLSampled
+                 : loss == "forward_kl_renormalized"      ? losses::TopkDivergence::ForwardKLRenormalized
+                 : loss == "reverse_kl"                   ? losses::TopkDivergence::ReverseKL
+                 : loss == "mixed"                        ? losses::TopkDivergence::Mixed
+                                                          : losses::TopkDivergence::ForwardKLRest;
   o.forward_weight = c.get_double("distill.forward_weight");
   o.temperature = c.get_double("distill.temperature");
   // The cache is always written at distill.temperature (and the cache's teacher.json records it), so its values
@@ -111,7 +142,12 @@ std::filesystem::path teacher_run_dir(const ResolvedConfig& c) {
 
 std::filesystem::path cache_dir(const ResolvedConfig& c) {
   const std::string cache = c.get_string("distill.cache_dir");
-  return cache.empty() ? std::filesystem::path(c.get_string("run.dir")) / "teacher_topk" : std::filesystem::path(cache);
+  return cache.empty() ? default_cache_dir(c) : std::filesystem::path(cache);
+}
+
+std::filesystem::path default_cache_dir(const ResolvedConfig& c) {
+  return std::filesystem::path(c.get_string("run.dir")) /
+         (cache_kind_from(c) == CacheKind::Sampled ? "teacher_sampled" : "teacher_topk");
 }
 
 std::filesystem::path xtoken_dir(const ResolvedConfig& c) {

@@ -6,6 +6,7 @@
 
 #include "core/config/config_schema.h"
 #include "core/config/resolved_config.h"
+#include "distill/cache/topk_cache.h"
 #include "losses/topk_distillation.h"
 
 namespace retort::distill {
@@ -19,13 +20,20 @@ ConfigSchema distill_schema(const std::string& default_run_dir = kDistillTrainRu
 enum class DistillMode { kCache, kOnline };
 DistillMode distill_mode_from(const ResolvedConfig& config);
 
-// The top-k loss of the distill.* keys (tp group and normaliser left for the trainer).
+// distill.cache_kind, and the entries per token of that kind's cache (distill.k or distill.sample_k).
+CacheKind cache_kind_from(const ResolvedConfig& config);
+int cache_entries_from(const ResolvedConfig& config);
+
+// The top-k loss of the distill.* keys (tp group and normaliser left for the trainer); the sampled forward KL for a
+// sampled cache.
 losses::TopkDistillationOptions topk_loss_options_from(const ResolvedConfig& config);
 
 // distill.teacher, or run.dir/teacher when it is empty.
 std::filesystem::path teacher_run_dir(const ResolvedConfig& config);
-// distill.cache_dir, or run.dir/teacher_topk when it is empty.
+// distill.cache_dir, or default_cache_dir() when it is empty.
 std::filesystem::path cache_dir(const ResolvedConfig& config);
+// run.dir/teacher_topk, or run.dir/teacher_sampled for distill.cache_kind=sampled.
+std::filesystem::path default_cache_dir(const ResolvedConfig& config);
 // distill.xtoken.dir, or run.dir/xtoken when it is empty.
 std::filesystem::path xtoken_dir(const ResolvedConfig& config);
 // distill.xtoken.enabled: the teacher has a tokenizer of its own.

@@ -31,6 +31,8 @@ k::Kind kind_of(TopkDivergence d) {
       return k::Kind::ReverseKL;
     case TopkDivergence::Mixed:
       return k::Kind::Mixed;
+    case TopkDivergence::ForwardKLSampled:
+      return k::Kind::ForwardKLSampled;
   }
   throw InputError(fmt::format("{}: unknown divergence {}", kOp, static_cast<int>(d)));
 }
@@ -49,11 +51,10 @@ k::TopkParams params_for(const TopkDistillationOptions& o, bool has_labels, int6
   p.kind = kind_of(o.divergence);
   const bool renormalized = p.kind == k::Kind::ForwardKLRenormalized;
   RETORT_INPUT_CHECK(renormalized || t == 1.0 || o.targets_at_temperature,
-                     "{}: temperature {} with the rest-bucket divergences needs the teacher's tail mass at that "
-                     "temperature, which a top-k cache made at T = 1 does not hold; cache the teacher at T "
-                     "(log_softmax(teacher logits / T)) and set targets_at_temperature, use T = 1, or use the "
-                     "renormalized forward KL",
-                     kOp, t);
+                     "{}: temperature {} with the {} needs the teacher at that temperature, which a cache made at "
+                     "T = 1 does not hold; cache the teacher at T (log_softmax(teacher logits / T)) and set "
+                     "targets_at_temperature, use T = 1, or use the renormalized forward KL",
+                     kOp, t, p.kind == k::Kind::ForwardKLSampled ? "sampled targets" : "rest-bucket divergences");
   p.forward_weight = o.forward_weight;
   p.inv_temperature = 1.0 / t;
   p.teacher_scale = renormalized && !o.targets_at_temperature ? 1.0 / t : 1.0;

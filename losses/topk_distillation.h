@@ -20,12 +20,25 @@
 //   Mixed: forward_weight * ForwardKLRest + (1 - forward_weight) * ReverseKL (default weight 0.5).
 //   ForwardKLRenormalized (NeMo RL's default): p^ = softmax over S of the teacher's log-probs, q^ = softmax over
 //     S of z; sum_S p^_j log(p^_j / q^_j); dL/dz_j = q^_j - p^_j on S, 0 elsewhere. The tail is ignored.
+//   ForwardKLSampled: sampled-logit KD (Anshumann et al., ACL 2025, "Sparse Logit Sampling"). The cache holds,
+//     per token, ids drawn from a proposal r (the teacher at a proposal temperature, r_j ~ p_j^(1/t)), and the
+//     targets are the weights of the importance-sampling estimate of the teacher: in the log-prob slots,
+//     log a_j with a_j = (c_j / K) (p_j / r_j), c_j the draws of id j out of K (-inf for a slot no draw hit). Then
+//     E[a_j] = p_j for every j of the vocabulary (E[c_j / K] = r_j; ids never drawn have a_j = 0 = p_j - p_j in
+//     expectation), so a loss LINEAR in the targets has the full forward KL's expectation. The loss is
+//       L = sum_S a_j log(a_j / q_j),   dL/dz_j = A q_j - a_j on S, A q_j off S,   A = sum_S a_j,
+//     and its gradient, linear in a, is an unbiased estimate of the full forward KL's gradient q - p (E[A] = 1).
+//     At t = 1 the weights are the empirical frequencies c_j / K (A = 1 exactly) and L = KL(c / K || q); at t != 1
+//     the weights are not renormalised (a renormalised, self-normalised estimate a / A would be biased at finite
+//     K). The value of L differs from an unbiased estimate of KL(p || q) by a term that does not depend on the
+//     student (the targets' own sum_S a_j log a_j against sum_j p_j log p_j). No rest bucket: the weights are the
+//     whole target, so k may exceed the number of distinct ids (the other slots are -inf).
 //
 // Temperature. The student is always z = x / T. The cache holds the teacher at ONE temperature and cannot be
 // re-tempered exactly: the teacher's tail mass at T != 1 depends on logits it does not keep. So:
 //   - ForwardKLRenormalized tempers the cached values exactly: softmax_S(l / T) = softmax_S(t / T) because l and
 //     the teacher logits t differ by one constant per row.
-//   - the rest-bucket kinds (ForwardKLRest, ReverseKL, Mixed) take the cached distribution as it is and need
+//   - the rest-bucket kinds (ForwardKLRest, ReverseKL, Mixed) and the sampled targets take the cached distribution as it is and need
 //     either T = 1, or targets_at_temperature = true: the cache was written from log_softmax(t / T) at this T
 //     (the teacher generator divides by T before its log-softmax), which keeps p_rest exact. Any other T is an
 //     error rather than a silent re-tempering of the (k+1)-category distribution (p^(1/T) renormalised), which
@@ -57,7 +70,7 @@
 
 namespace retort::losses {
 
-enum class TopkDivergence { ForwardKLRenormalized, ForwardKLRest, ReverseKL, Mixed };
+enum class TopkDivergence { ForwardKLRenormalized, ForwardKLRest, ReverseKL, Mixed, ForwardKLSampled };
 
 struct TopkDistillationOptions {
   TopkDivergence divergence = TopkDivergence::ForwardKLRest;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/data/token_shard.h"
 #include "core/io/atomic_file.h"
@@ -51,13 +52,17 @@ distill::TopKCacheReader open_matching_cache(const fs::path& directory, const Ca
                      "at this temperature (another distill.cache_dir) or set distill.temperature={}",
                      directory.string(), cached_temperature, need.temperature, cached_temperature);
   distill::TopKCacheExpectation expect;
+  expect.kind = need.kind;
   expect.tokenizer_id = need.tokenizer_id;
   expect.dataset = need.dataset;
   distill::TopKCacheReader reader = distill::TopKCacheReader::open(directory, expect);
-  RETORT_INPUT_CHECK(reader.k() == need.k,
-                     "the top-k cache '{}' holds k = {} entries per token, the run asks for k = {}: set distill.k={} "
-                     "or write a cache with k = {} into another distill.cache_dir",
-                     directory.string(), reader.k(), need.k, reader.k(), need.k);
+  const char* letter = need.kind == CacheKind::Sampled ? "K" : "k";
+  const char* key = need.kind == CacheKind::Sampled ? "distill.sample_k" : "distill.k";
+  RETORT_INPUT_CHECK(
+      reader.k() == need.k,
+      "the cache '{}' holds {} = {} entries per token, the run asks for {} = {}: set {}={} or write a cache "
+      "with {} = {} into another distill.cache_dir",
+      directory.string(), letter, reader.k(), letter, need.k, key, reader.k(), letter, need.k);
   RETORT_INPUT_CHECK(reader.spec().vocab == need.vocab_size,
                      "the top-k cache '{}' was written over a vocabulary of {} but the student's is {}: write the "
                      "cache with a teacher of the student's tokenizer",
@@ -77,10 +82,23 @@ losses::TopkTargets cache_targets_for_batch(const distill::TopKCacheReader& cach
   int32_t* indices = targets.indices.data<int32_t>();
   float* logprobs = targets.logprobs.data<float>();
   int32_t* mask = targets.mask.data<int32_t>();
+  const bool sampled = cache.spec().kind == CacheKind::Sampled;
+  std::vector<int32_t> counts(sampled ? static_cast<size_t>(T * k) : 0);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t start = batch.window_starts[static_cast<size_t>(b)];
     const int64_t covered = std::clamp<int64_t>(cache.tokens() - start, 0, T);
-    if (covered > 0) cache.read_rows(start, covered, indices + b * T * k, logprobs + b * T * k);
+    if (covered > 0 && !sampled) cache.read_rows(start, covered, indices + b * T * k, logprobs + b * T * k);
+    if (covered > 0 && sampled) {
+      // The estimator's weights a_j = (c_j / K) (p_j / r_j), as logs; ids no draw hit weigh 0.
+      float* log_weights = logprobs + b * T * k;
+      cache.read_sampled_rows(start, covered, indices + b * T * k, counts.data(), log_weights);
+      const float log_draws = std::log(static_cast<float>(k));
+      for (int64_t i = 0; i < covered * k; ++i)
+        log_weights[i] =
+            counts[static_cast<size_t>(i)] == 0
+                ? -std::numeric_limits<float>::infinity()
+                : std::log(static_cast<float>(counts[static_cast<size_t>(i)])) - log_draws + log_weights[i];
+    }
     // Past the cache (the end of a split that is not a multiple of T): masked rows with distinct placeholder ids.
     for (int64_t t = covered; t < T; ++t) {
       mask[b * T + t] = 0;

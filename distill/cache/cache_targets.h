@@ -28,8 +28,9 @@ DatasetIdentity token_stream_identity(const std::vector<std::filesystem::path>& 
 
 // What the student's run requires of the cache in `directory`.
 struct CacheRequirements {
-  int k = 64;
-  std::string tokenizer_id;  // the student's tokenizer fingerprint
+  CacheKind kind = CacheKind::TopK;  // a cache of the other kind is refused (distill.cache_kind)
+  int k = 64;                        // distill.k, or distill.sample_k for a sampled cache
+  std::string tokenizer_id;          // the student's tokenizer fingerprint
   int64_t vocab_size = 0;
   DatasetIdentity dataset;
   double temperature = 1.0;  // the cache's teacher.json must record this temperature
@@ -41,6 +42,8 @@ TopKCacheReader open_matching_cache(const std::filesystem::path& directory, cons
 
 // The teacher's targets of a student batch: indices / logprobs [B, T, k], labels = the batch's targets [B, T] and
 // a mask [B, T] that is 0 for the positions past the end of the cache (their rows hold placeholder ids).
+// From a sampled cache the "logprobs" are the log-weights of the sampled estimate (losses::TopkDivergence::
+// ForwardKLSampled): log a_j = log(c_j / K) + log(p_j / r_j), -inf for the filler ids that no draw hit.
 losses::TopkTargets cache_targets_for_batch(const TopKCacheReader& cache, const data::TokenBatch& batch);
 
 }  // namespace retort::distill

@@ -56,22 +56,54 @@ distill::TeacherTopKReport write_teacher_cache(const ResolvedConfig& config, Dev
   const double temperature = config.get_double("distill.temperature");
   if (main) {
     fs::create_directories(directory);
+    const CacheKind kind = cache_kind_from(config);
     if (fs::exists(directory / kCacheInfoFile)) {
+      const std::string cached_kind = read_cache_info(directory).value("kind", std::string("topk"));
+      RETORT_INPUT_CHECK(
+          cached_kind == cache_kind_name(kind),
+          "the folder '{}' holds a {} cache, the run writes a {} cache (distill.cache_kind): use another "
+          "distill.cache_dir or delete it",
+          directory.string(), cached_kind, cache_kind_name(kind));
       const double cached = read_cache_info(directory).value("temperature", 1.0);
       RETORT_INPUT_CHECK(cached == temperature,
                          "the folder '{}' holds a cache at temperature {}, not {}: use another distill.cache_dir or "
                          "delete it",
                          directory.string(), cached, temperature);
+      if (kind == CacheKind::Sampled) {
+        // Every setting the draws depend on: a resumed cache must continue the same draws.
+        const nlohmann::json info = read_cache_info(directory);
+        const std::pair<const char*, double> settings[] = {
+            {"sample_k", static_cast<double>(config.get_int("distill.sample_k"))},
+            {"sample_temperature", config.get_double("distill.sample_temperature")},
+            {"sample_seed", static_cast<double>(config.get_int("distill.sample_seed"))}};
+        for (const auto& [key, want] : settings) {
+          const double have = info.value(key, want);
+          RETORT_INPUT_CHECK(
+              have == want,
+              "the folder '{}' holds a sampled cache with {} = {}, the run asks for distill.{} = {}: use "
+              "another distill.cache_dir or delete it",
+              directory.string(), key, have, key, want);
+        }
+      }
     }
-    const nlohmann::json info{{"temperature", temperature},
-                              {"teacher", teacher.run_dir.string()},
-                              {"checkpoint", teacher.checkpoint.string()},
-                              {"seq_len", seq_len}};
+    nlohmann::json info{{"temperature", temperature},
+                        {"teacher", teacher.run_dir.string()},
+                        {"checkpoint", teacher.checkpoint.string()},
+                        {"seq_len", seq_len},
+                        {"kind", cache_kind_name(kind)}};
+    if (kind == CacheKind::Sampled) {
+      info["sample_k"] = config.get_int("distill.sample_k");
+      info["sample_temperature"] = config.get_double("distill.sample_temperature");
+      info["sample_seed"] = config.get_int("distill.sample_seed");
+    }
     write_text_atomic(directory / kCacheInfoFile, info.dump(2));
   }
 
   distill::TeacherTopKOptions options;
-  options.k = static_cast<int>(config.get_int("distill.k"));
+  options.k = cache_entries_from(config);
+  options.kind = cache_kind_from(config);
+  options.sample_temperature = config.get_double("distill.sample_temperature");
+  options.sample_seed = static_cast<uint64_t>(config.get_int("distill.sample_seed"));
   options.dtype = distill::cache_value_type_from_name(config.get_string("distill.cache_dtype"));
   options.batch_size = config.get_int("distill.topk_batch_size");
   options.seq_len = seq_len;

@@ -8,6 +8,7 @@
 #include "core/data/token_shard.h"
 #include "core/util/error.h"
 #include "core/util/human_format.h"
+#include "distill/cache/teacher_sample.h"
 #include "parallel/tp/vocab_topk.h"
 
 namespace retort::distill {
@@ -82,8 +83,12 @@ TeacherTopKReport generate_teacher_topk(const TeacherLogitsFn& teacher, const Te
                      "sequence length or more data",
                      stream.size(), T);
   const bool writes = !options.group || options.group->rank() == 0;
+  const char* stage = options.kind == CacheKind::Sampled ? "teacher sampling" : "teacher top-k";
 
   TopKCacheSpec spec;
+  spec.kind = options.kind;
+  spec.sample_temperature = options.kind == CacheKind::Sampled ? options.sample_temperature : 1.0;
+  spec.sample_seed = options.kind == CacheKind::Sampled ? options.sample_seed : 0;
   spec.k = options.k;
   spec.vocab = options.vocab;
   spec.value_type = options.dtype;
@@ -112,7 +117,7 @@ TeacherTopKReport generate_teacher_topk(const TeacherLogitsFn& teacher, const Te
   report.cache_tokens = spec.cache_tokens;
   report.resumed_tokens = resume_at;
   if (resume_at > 0)
-    spdlog::info("teacher top-k: resuming the cache in '{}' at token {} of {}", options.output_dir.string(), resume_at,
+    spdlog::info("{}: resuming the cache in '{}' at token {} of {}", stage, options.output_dir.string(), resume_at,
                  spec.cache_tokens);
   const auto started = std::chrono::steady_clock::now();
   auto last_log = started;
@@ -138,11 +143,20 @@ TeacherTopKReport generate_teacher_topk(const TeacherLogitsFn& teacher, const Te
                        "teacher top-k: the teacher's logits are split over {}, but options.group is not set; pass the "
                        "tp group so that only its rank 0 writes",
                        logits.sharding().group ? logits.sharding().group->describe() : "");
-    const tp::VocabTopK top = tp::vocab_topk(logits, topk_options);
-    if (writer) {
-      const std::vector<int32_t> indices = top.indices.to_ints();
-      const std::vector<float> logprobs = top.logprobs.to_floats(), lse = top.lse.to_floats();
-      writer->append(w * T, b * T, indices, logprobs, lse);
+    if (options.kind == CacheKind::Sampled) {
+      std::vector<int64_t> positions(static_cast<size_t>(b * T));
+      for (int64_t i = 0; i < b * T; ++i) positions[static_cast<size_t>(i)] = w * T + i;
+      const VocabSample sample = sample_vocab(
+          logits, positions,
+          {options.k, options.temperature, options.sample_temperature, options.sample_seed, options.group});
+      if (writer) writer->append_sampled(w * T, b * T, sample.indices, sample.counts, sample.log_ratios, sample.lse);
+    } else {
+      const tp::VocabTopK top = tp::vocab_topk(logits, topk_options);
+      if (writer) {
+        const std::vector<int32_t> indices = top.indices.to_ints();
+        const std::vector<float> logprobs = top.logprobs.to_floats(), lse = top.lse.to_floats();
+        writer->append(w * T, b * T, indices, logprobs, lse);
+      }
     }
     const int64_t computed = b * T - std::max<int64_t>(0, resume_at - w * T);
     report.computed_tokens += computed;
@@ -151,7 +165,7 @@ TeacherTopKReport generate_teacher_topk(const TeacherLogitsFn& teacher, const Te
     const auto now = std::chrono::steady_clock::now();
     if (calls % options.log_every == 0 || w + b >= windows) {
       const double seconds = std::chrono::duration<double>(now - last_log).count();
-      spdlog::info("teacher top-k: {} / {} tokens ({:.1f}%), {:.0f} tokens/s", (w + b) * T, spec.cache_tokens,
+      spdlog::info("{}: {} / {} tokens ({:.1f}%), {:.0f} tokens/s", stage, (w + b) * T, spec.cache_tokens,
                    100.0 * static_cast<double>((w + b) * T) / static_cast<double>(spec.cache_tokens),
                    seconds > 0 ? static_cast<double>(tokens_since_log) / seconds : 0.0);
       last_log = now;
@@ -162,7 +176,7 @@ TeacherTopKReport generate_teacher_topk(const TeacherLogitsFn& teacher, const Te
                writer->next_token(), spec.cache_tokens);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   report.tokens_per_second = report.seconds > 0 ? static_cast<double>(report.computed_tokens) / report.seconds : 0.0;
-  spdlog::info("teacher top-k: cache of {} tokens in '{}' ({} computed in {}, {:.0f} tokens/s)", spec.cache_tokens,
+  spdlog::info("{}: cache of {} tokens in '{}' ({} computed in {}, {:.0f} tokens/s)", stage, spec.cache_tokens,
                options.output_dir.string(), report.computed_tokens, format_duration(report.seconds),
                report.tokens_per_second);
   return report;

@@ -8,7 +8,8 @@
 // position w_b T + t, and becomes the cache row of that position. The cache covers [0, (P / T) T), so a
 // student must cut its windows the same way to read rows in step with its token batches.
 //
-// Every rank of the tp group runs the teacher and the distributed top-k; rank 0 writes. A run that finds a
+// Every rank of the tp group runs the teacher and the distributed top-k (or the distributed sampler of
+// teacher_sample.h for a sampled cache); rank 0 writes. A run that finds a
 // partly written cache of the same settings resumes at its first missing shard.
 #include <cstdint>
 #include <filesystem>
@@ -32,7 +33,10 @@ struct TeacherTopKDataset {
 };
 
 struct TeacherTopKOptions {
-  int k = 64;
+  int k = 64;                        // top-k: entries per token; sampled: draws per token (K)
+  CacheKind kind = CacheKind::TopK;  // Sampled: K ids drawn from the teacher (teacher_sample.h) instead of its top-k
+  double sample_temperature = 1.0;   // sampled: the proposal temperature t (r ~ p^(1/t))
+  uint64_t sample_seed = 0;          // sampled: the seed of the draws
   CacheValueType dtype = CacheValueType::BF16;
   int64_t batch_size = 8;  // windows per teacher call
   int64_t seq_len = 256;   // T

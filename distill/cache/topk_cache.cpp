@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <string_view>
 
@@ -25,6 +26,8 @@ namespace {
 
 constexpr char kMagic[8] = {'R', 'T', 'T', 'O', 'P', 'K', 'C', '\0'};
 constexpr size_t kHeaderChecksumOffset = 224;
+// Version 2: the fields after the header checksum, which it covers too.
+constexpr size_t kKindOffset = 232;
 
 uint64_t fnv1a(const unsigned char* bytes, size_t n) {
   data::ContentHash hash;
@@ -47,6 +50,19 @@ int64_t value_bytes(CacheValueType type) {
   return type == CacheValueType::F32 ? 4 : 2;
 }
 
+int version_of(CacheKind kind) {
+  return kind == CacheKind::TopK ? kTopKCacheVersion : kSampledCacheVersion;
+}
+
+// Version 1 checksums bytes [0, 224); version 2 also the kind fields [232, 256) after the checksum itself.
+uint64_t header_checksum(const unsigned char* h, uint32_t version) {
+  data::ContentHash hash;
+  hash.update(std::string_view(reinterpret_cast<const char*>(h), kHeaderChecksumOffset));
+  if (version >= 2)
+    hash.update(std::string_view(reinterpret_cast<const char*>(h + kKindOffset), kTopKCacheHeaderBytes - kKindOffset));
+  return hash.value();
+}
+
 // What one shard's header says.
 struct ShardHeader {
   TopKCacheSpec spec;
@@ -60,7 +76,8 @@ std::vector<unsigned char> encode_header(const TopKCacheSpec& spec, int64_t inde
                                          uint64_t payload_checksum) {
   std::vector<unsigned char> h(kTopKCacheHeaderBytes, 0);
   std::memcpy(h.data(), kMagic, sizeof(kMagic));
-  put<uint32_t>(h, 8, kTopKCacheVersion);
+  const int version = version_of(spec.kind);
+  put<uint32_t>(h, 8, static_cast<uint32_t>(version));
   put<uint32_t>(h, 12, kTopKCacheHeaderBytes);
   put<uint32_t>(h, 16, static_cast<uint32_t>(spec.k));
   put<uint32_t>(h, 20, static_cast<uint32_t>(spec.value_type));
@@ -75,7 +92,12 @@ std::vector<unsigned char> encode_header(const TopKCacheSpec& spec, int64_t inde
   put<uint64_t>(h, 88, payload_checksum);
   put<uint32_t>(h, 96, static_cast<uint32_t>(spec.tokenizer_id.size()));
   std::memcpy(h.data() + 100, spec.tokenizer_id.data(), spec.tokenizer_id.size());
-  put<uint64_t>(h, kHeaderChecksumOffset, fnv1a(h.data(), kHeaderChecksumOffset));
+  if (version >= 2) {
+    put<uint32_t>(h, kKindOffset, static_cast<uint32_t>(spec.kind));
+    put<double>(h, kKindOffset + 8, spec.sample_temperature);
+    put<uint64_t>(h, kKindOffset + 16, spec.sample_seed);
+  }
+  put<uint64_t>(h, kHeaderChecksumOffset, header_checksum(h.data(), static_cast<uint32_t>(version)));
   return h;
 }
 
@@ -91,14 +113,23 @@ ShardHeader decode_header(const fs::path& path, const unsigned char* bytes, int6
                      "the teacher run wrote",
                      path.string());
   const auto version = get<uint32_t>(bytes, 8);
-  RETORT_INPUT_CHECK(version == kTopKCacheVersion,
-                     "top-k cache shard '{}' has format version {}, this build reads version {}; {}", path.string(),
-                     version, kTopKCacheVersion, kRegenerate);
-  RETORT_INPUT_CHECK(get<uint64_t>(bytes, kHeaderChecksumOffset) == fnv1a(bytes, kHeaderChecksumOffset),
+  RETORT_INPUT_CHECK(version == kTopKCacheVersion || version == kSampledCacheVersion,
+                     "top-k cache shard '{}' has format version {}, this build reads versions {} and {}; {}",
+                     path.string(), version, kTopKCacheVersion, kSampledCacheVersion, kRegenerate);
+  RETORT_INPUT_CHECK(get<uint64_t>(bytes, kHeaderChecksumOffset) == header_checksum(bytes, version),
                      "top-k cache shard '{}' has a corrupt header (its checksum does not match); delete it and {}",
                      path.string(), kRegenerate);
   ShardHeader h;
   TopKCacheSpec& s = h.spec;
+  if (version >= 2) {
+    const auto kind = get<uint32_t>(bytes, kKindOffset);
+    RETORT_INPUT_CHECK(kind == 1 || kind == 2,
+                       "top-k cache shard '{}' has an unknown cache kind code {} (1 = top-k, 2 = sampled); {}",
+                       path.string(), kind, kRegenerate);
+    s.kind = static_cast<CacheKind>(kind);
+    s.sample_temperature = get<double>(bytes, kKindOffset + 8);
+    s.sample_seed = get<uint64_t>(bytes, kKindOffset + 16);
+  }
   s.k = static_cast<int>(get<uint32_t>(bytes, 16));
   const auto type = get<uint32_t>(bytes, 20);
   RETORT_INPUT_CHECK(
@@ -138,6 +169,10 @@ void check_payload(const fs::path& path, const ShardHeader& h, const unsigned ch
 
 // The first field in which two specs differ, as "k: 64 vs 32"; empty when they agree.
 std::string spec_difference(const TopKCacheSpec& a, const TopKCacheSpec& b) {
+  if (a.kind != b.kind) return fmt::format("kind: {} vs {}", cache_kind_name(a.kind), cache_kind_name(b.kind));
+  if (a.sample_temperature != b.sample_temperature)
+    return fmt::format("sample temperature: {} vs {}", a.sample_temperature, b.sample_temperature);
+  if (a.sample_seed != b.sample_seed) return fmt::format("sample seed: {} vs {}", a.sample_seed, b.sample_seed);
   if (a.k != b.k) return fmt::format("k: {} vs {}", a.k, b.k);
   if (a.vocab != b.vocab) return fmt::format("vocabulary: {} vs {}", a.vocab, b.vocab);
   if (a.value_type != b.value_type)
@@ -154,6 +189,14 @@ std::string spec_difference(const TopKCacheSpec& a, const TopKCacheSpec& b) {
 }
 
 void check_spec(const TopKCacheSpec& spec) {
+  if (spec.kind == CacheKind::Sampled) {
+    RETORT_INPUT_CHECK(spec.k >= 1 && spec.k <= kMaxSampledDraws,
+                       "sampled cache: K = {} draws per token must lie in [1, {}] (the counts are 16-bit)", spec.k,
+                       kMaxSampledDraws);
+    RETORT_INPUT_CHECK(std::isfinite(spec.sample_temperature) && spec.sample_temperature > 0,
+                       "sampled cache: the proposal temperature must be a positive number, got {}",
+                       spec.sample_temperature);
+  }
   RETORT_INPUT_CHECK(spec.k >= 1 && spec.vocab >= spec.k && spec.vocab <= int64_t{1} << 31,
                      "top-k cache: k = {} must lie in [1, vocabulary = {}] and the vocabulary must fit int32", spec.k,
                      spec.vocab);
@@ -188,6 +231,16 @@ const char* cache_value_type_name(CacheValueType type) {
   return type == CacheValueType::F32 ? "f32" : "bf16";
 }
 
+CacheKind cache_kind_from_name(const std::string& name) {
+  if (name == "topk") return CacheKind::TopK;
+  if (name == "sampled") return CacheKind::Sampled;
+  throw InputError(fmt::format("unknown cache kind '{}': use topk or sampled", name));
+}
+
+const char* cache_kind_name(CacheKind kind) {
+  return kind == CacheKind::TopK ? "topk" : "sampled";
+}
+
 void DatasetHasher::update(std::span<const int32_t> tokens) {
   hash_.update(std::string_view(reinterpret_cast<const char*>(tokens.data()), tokens.size_bytes()));
   tokens_ += static_cast<int64_t>(tokens.size());
@@ -200,7 +253,8 @@ DatasetIdentity dataset_identity(std::span<const int32_t> tokens) {
 }
 
 int64_t TopKCacheSpec::record_bytes() const {
-  return int64_t{k} * (4 + value_bytes(value_type)) + 4;
+  const int64_t counts = kind == CacheKind::Sampled ? 2 : 0;
+  return int64_t{k} * (4 + counts + value_bytes(value_type)) + 4;
 }
 
 int64_t TopKCacheSpec::shard_count() const {
@@ -281,13 +335,8 @@ TopKCacheWriter::TopKCacheWriter(fs::path directory, TopKCacheSpec spec)
   resumed_tokens_ = next_token_;
 }
 
-void TopKCacheWriter::append(int64_t first_position, int64_t count, std::span<const int32_t> indices,
-                             std::span<const float> logprobs, std::span<const float> lse) {
-  const int64_t k = spec_.k;
-  RETORT_CHECK(count >= 0 && static_cast<int64_t>(indices.size()) == count * k &&
-                   static_cast<int64_t>(logprobs.size()) == count * k && static_cast<int64_t>(lse.size()) == count,
-               "top-k cache append: {} rows need {} indices, {} log-probs and {} lse values, got {}, {}, {}", count,
-               count * k, count * k, count, indices.size(), logprobs.size(), lse.size());
+template <typename Encode>
+void TopKCacheWriter::append_records(int64_t first_position, int64_t count, Encode encode) {
   const int64_t expected = next_token_ + buffered_;
   const int64_t skip = std::max<int64_t>(0, expected - first_position);
   RETORT_CHECK(first_position <= expected, "top-k cache append: rows start at position {}, but position {} is next",
@@ -299,23 +348,81 @@ void TopKCacheWriter::append(int64_t first_position, int64_t count, std::span<co
   for (int64_t r = skip; r < count; ++r) {
     const size_t at = buffer_.size();
     buffer_.resize(at + static_cast<size_t>(record));
-    unsigned char* out = buffer_.data() + at;
-    std::memcpy(out, indices.data() + r * k, static_cast<size_t>(4 * k));
-    out += 4 * k;
-    if (spec_.value_type == CacheValueType::F32) {
-      std::memcpy(out, logprobs.data() + r * k, static_cast<size_t>(4 * k));
-      out += 4 * k;
-    } else {
-      for (int64_t i = 0; i < k; ++i, out += 2) {
-        const BFloat16 value(logprobs[static_cast<size_t>(r * k + i)]);
-        std::memcpy(out, &value, 2);
-      }
-    }
-    std::memcpy(out, &lse[static_cast<size_t>(r)], 4);
+    encode(r, buffer_.data() + at);
     ++buffered_;
     const int64_t shard_end = std::min((next_token_ / spec_.shard_tokens + 1) * spec_.shard_tokens, spec_.cache_tokens);
     if (next_token_ + buffered_ == shard_end) write_shard();
   }
+}
+
+namespace {
+
+// k values in the cache's dtype (bf16 rounded to nearest even); returns the end of what it wrote.
+unsigned char* put_values(unsigned char* out, const float* values, int64_t k, CacheValueType type) {
+  if (type == CacheValueType::F32) {
+    std::memcpy(out, values, static_cast<size_t>(4 * k));
+    return out + 4 * k;
+  }
+  for (int64_t i = 0; i < k; ++i, out += 2) {
+    const BFloat16 value(values[i]);
+    std::memcpy(out, &value, 2);
+  }
+  return out;
+}
+
+// k values of the cache's dtype as f32 (bf16 is the top half of an f32: widening is a shift).
+const unsigned char* get_values(const unsigned char* in, float* values, int64_t k, CacheValueType type) {
+  if (type == CacheValueType::F32) {
+    std::memcpy(values, in, static_cast<size_t>(4 * k));
+    return in + 4 * k;
+  }
+  for (int64_t i = 0; i < k; ++i, in += 2) {
+    uint16_t half;
+    std::memcpy(&half, in, 2);
+    const uint32_t bits = static_cast<uint32_t>(half) << 16;
+    std::memcpy(values + i, &bits, 4);
+  }
+  return in;
+}
+
+}  // namespace
+
+void TopKCacheWriter::append(int64_t first_position, int64_t count, std::span<const int32_t> indices,
+                             std::span<const float> logprobs, std::span<const float> lse) {
+  const int64_t k = spec_.k;
+  RETORT_CHECK(spec_.kind == CacheKind::TopK, "top-k cache append: the cache is a sampled one; use append_sampled");
+  RETORT_CHECK(count >= 0 && static_cast<int64_t>(indices.size()) == count * k &&
+                   static_cast<int64_t>(logprobs.size()) == count * k && static_cast<int64_t>(lse.size()) == count,
+               "top-k cache append: {} rows need {} indices, {} log-probs and {} lse values, got {}, {}, {}", count,
+               count * k, count * k, count, indices.size(), logprobs.size(), lse.size());
+  append_records(first_position, count, [&](int64_t r, unsigned char* out) {
+    std::memcpy(out, indices.data() + r * k, static_cast<size_t>(4 * k));
+    out = put_values(out + 4 * k, logprobs.data() + r * k, k, spec_.value_type);
+    std::memcpy(out, &lse[static_cast<size_t>(r)], 4);
+  });
+}
+
+void TopKCacheWriter::append_sampled(int64_t first_position, int64_t count, std::span<const int32_t> indices,
+                                     std::span<const uint16_t> counts, std::span<const float> log_ratios,
+                                     std::span<const float> lse) {
+  const int64_t k = spec_.k;
+  RETORT_CHECK(spec_.kind == CacheKind::Sampled, "sampled cache append: the cache is a top-k one; use append");
+  RETORT_CHECK(count >= 0 && static_cast<int64_t>(indices.size()) == count * k &&
+                   static_cast<int64_t>(counts.size()) == count * k &&
+                   static_cast<int64_t>(log_ratios.size()) == count * k && static_cast<int64_t>(lse.size()) == count,
+               "sampled cache append: {} rows need {} ids, counts and log-ratios and {} lse values, got {}, {}, {}, {}",
+               count, count * k, count, indices.size(), counts.size(), log_ratios.size(), lse.size());
+  for (int64_t r = 0; r < count; ++r) {
+    int64_t draws = 0;
+    for (int64_t i = 0; i < k; ++i) draws += counts[static_cast<size_t>(r * k + i)];
+    RETORT_CHECK(draws == k, "sampled cache append: row {} holds {} draws, not K = {}", first_position + r, draws, k);
+  }
+  append_records(first_position, count, [&](int64_t r, unsigned char* out) {
+    std::memcpy(out, indices.data() + r * k, static_cast<size_t>(4 * k));
+    std::memcpy(out + 4 * k, counts.data() + r * k, static_cast<size_t>(2 * k));
+    out = put_values(out + 6 * k, log_ratios.data() + r * k, k, spec_.value_type);
+    std::memcpy(out, &lse[static_cast<size_t>(r)], 4);
+  });
 }
 
 void TopKCacheWriter::write_shard() {
@@ -359,6 +466,16 @@ TopKCacheReader TopKCacheReader::open(const fs::path& directory, const TopKCache
   }
 
   const std::string where = first_path.string();
+  if (expect.kind && *expect.kind != spec.kind) {
+    const bool sampled = spec.kind == CacheKind::Sampled;
+    throw InputError(fmt::format(
+        "the cache '{}' is a {} cache ({}), the run asks for a {} cache: set distill.cache_kind={} or write a {} "
+        "cache into another distill.cache_dir",
+        where, cache_kind_name(spec.kind),
+        sampled ? "ids drawn from the teacher with counts and importance weights"
+                : "the teacher's top-k log-probabilities",
+        cache_kind_name(*expect.kind), cache_kind_name(spec.kind), cache_kind_name(*expect.kind)));
+  }
   if (expect.k)
     RETORT_INPUT_CHECK(*expect.k == spec.k,
                        "the top-k cache '{}' holds k = {} entries per token, the run asks for k = {}; set k to {} or "
@@ -386,7 +503,16 @@ TopKRows TopKCacheReader::rows(int64_t start, int64_t count) const {
   return out;
 }
 
+void TopKCacheReader::check_kind(CacheKind wanted) const {
+  RETORT_INPUT_CHECK(spec_.kind == wanted,
+                     "the cache '{}' is a {} cache, read here as a {} cache: set distill.cache_kind={} (or write a "
+                     "{} cache into another distill.cache_dir)",
+                     directory_.string(), cache_kind_name(spec_.kind), cache_kind_name(wanted),
+                     cache_kind_name(spec_.kind), cache_kind_name(wanted));
+}
+
 void TopKCacheReader::read_rows(int64_t start, int64_t count, int32_t* indices, float* logprobs, float* lse) const {
+  check_kind(CacheKind::TopK);
   RETORT_INPUT_CHECK(start >= 0 && count >= 0 && start + count <= spec_.cache_tokens,
                      "top-k cache '{}': rows [{}, {}) are outside its {} positions", directory_.string(), start,
                      start + count, spec_.cache_tokens);
@@ -396,19 +522,37 @@ void TopKCacheReader::read_rows(int64_t start, int64_t count, int32_t* indices, 
     const unsigned char* in = shard.bytes + kTopKCacheHeaderBytes + (p - shard.header.first) * record;
     const int64_t row = p - start;
     std::memcpy(indices + row * k, in, static_cast<size_t>(4 * k));
-    in += 4 * k;
-    if (spec_.value_type == CacheValueType::F32) {
-      std::memcpy(logprobs + row * k, in, static_cast<size_t>(4 * k));
-      in += 4 * k;
-    } else {
-      // bf16 is the top half of an f32: widening is a shift.
-      for (int64_t i = 0; i < k; ++i, in += 2) {
-        uint16_t half;
-        std::memcpy(&half, in, 2);
-        const uint32_t bits = static_cast<uint32_t>(half) << 16;
-        std::memcpy(logprobs + row * k + i, &bits, 4);
-      }
+    in = get_values(in + 4 * k, logprobs + row * k, k, spec_.value_type);
+    if (lse != nullptr) std::memcpy(lse + row, in, 4);
+  }
+}
+
+SampledRows TopKCacheReader::sampled_rows(int64_t start, int64_t count) const {
+  SampledRows out{Tensor::empty({count, spec_.k}, DType::I32), Tensor::empty({count, spec_.k}, DType::I32),
+                  Tensor::empty({count, spec_.k}, DType::F32), Tensor::empty({count}, DType::F32)};
+  read_sampled_rows(start, count, out.indices.data<int32_t>(), out.counts.data<int32_t>(), out.log_ratios.data<float>(),
+                    out.lse.data<float>());
+  return out;
+}
+
+void TopKCacheReader::read_sampled_rows(int64_t start, int64_t count, int32_t* indices, int32_t* counts,
+                                        float* log_ratios, float* lse) const {
+  check_kind(CacheKind::Sampled);
+  RETORT_INPUT_CHECK(start >= 0 && count >= 0 && start + count <= spec_.cache_tokens,
+                     "sampled cache '{}': rows [{}, {}) are outside its {} positions", directory_.string(), start,
+                     start + count, spec_.cache_tokens);
+  const int64_t k = spec_.k, record = spec_.record_bytes();
+  for (int64_t p = start; p < start + count; ++p) {
+    const Shard& shard = *shards_[static_cast<size_t>(p / spec_.shard_tokens)];
+    const unsigned char* in = shard.bytes + kTopKCacheHeaderBytes + (p - shard.header.first) * record;
+    const int64_t row = p - start;
+    std::memcpy(indices + row * k, in, static_cast<size_t>(4 * k));
+    for (int64_t i = 0; i < k; ++i) {
+      uint16_t c;
+      std::memcpy(&c, in + 4 * k + 2 * i, 2);
+      counts[row * k + i] = c;
     }
+    in = get_values(in + 6 * k, log_ratios + row * k, k, spec_.value_type);
     if (lse != nullptr) std::memcpy(lse + row, in, 4);
   }
 }

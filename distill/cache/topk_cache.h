@@ -33,6 +33,19 @@
 //       logprob[k]            f32 or bf16 (round to nearest even): log p(index) over the FULL vocabulary
 //       f32 lse               the teacher's log-sum-exp of that row
 // k = 64 in bf16 is 388 bytes a token.
+//
+// A sampled cache (CacheKind::Sampled, sampled-logit KD; distill/cache/teacher_sample.h) has format version 2: the
+// same header, plus bytes [232, 256) (the header checksum then covers [0, 224) followed by [232, 256)):
+//      232    4  u32 cache kind: 1 = top-k, 2 = sampled
+//      236    4  zero
+//      240    8  f64 proposal temperature t: the ids were drawn from r ~ p^(1/t)
+//      248    8  u64 sampling seed
+//   payload: records of 4k + 2k + k e + 4 bytes, k = K draws per token:
+//       int32 indices[k]      the distinct ids drawn, ascending, then unused filler ids (count 0)
+//       u16 counts[k]         draws of each id (they add up to K)
+//       log_ratio[k]          f32 or bf16: log(p_j / r_j), the importance log-weight (0 at t = 1)
+//       f32 lse               the teacher's log-sum-exp of that row
+// Top-k caches keep version 1 (no kind field; byte for byte what earlier builds wrote and read).
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -46,13 +59,21 @@
 
 namespace retort::distill {
 
-inline constexpr int kTopKCacheVersion = 1;
+inline constexpr int kTopKCacheVersion = 1;     // top-k caches
+inline constexpr int kSampledCacheVersion = 2;  // caches with a kind field (sampled caches)
+inline constexpr int kMaxSampledDraws = 65535;  // the counts are u16
 inline constexpr int64_t kTopKCacheHeaderBytes = 256;
 inline constexpr size_t kTopKCacheMaxTokenizerId = 124;
 
 enum class CacheValueType : uint32_t { F32 = 1, BF16 = 2 };
 CacheValueType cache_value_type_from_name(const std::string& name);  // "f32" | "bf16"
 const char* cache_value_type_name(CacheValueType type);
+
+// What a cache's rows hold: the teacher's top-k log-probabilities, or K ids drawn from the teacher with counts and
+// importance log-weights (sampled-logit KD).
+enum class CacheKind : uint32_t { TopK = 1, Sampled = 2 };
+CacheKind cache_kind_from_name(const std::string& name);  // "topk" | "sampled"
+const char* cache_kind_name(CacheKind kind);
 
 // Which dataset a cache belongs to: its token count and a hash of its tokens.
 struct DatasetIdentity {
@@ -76,13 +97,16 @@ DatasetIdentity dataset_identity(std::span<const int32_t> tokens);
 
 // What a cache is, fixed when it is started; every shard repeats it.
 struct TopKCacheSpec {
-  int k = 64;
+  CacheKind kind = CacheKind::TopK;
+  int k = 64;  // top-k: entries per token; sampled: draws per token (K)
   int64_t vocab = 0;
   CacheValueType value_type = CacheValueType::BF16;
   std::string tokenizer_id;
   DatasetIdentity dataset;
-  int64_t cache_tokens = 0;        // positions [0, cache_tokens) of the dataset get a row
-  int64_t shard_tokens = 1 << 20;  // rows per shard
+  int64_t cache_tokens = 0;         // positions [0, cache_tokens) of the dataset get a row
+  int64_t shard_tokens = 1 << 20;   // rows per shard
+  double sample_temperature = 1.0;  // sampled: the proposal temperature t
+  uint64_t sample_seed = 0;         // sampled: the seed of the draws
 
   int64_t record_bytes() const;
   int64_t shard_count() const;
@@ -110,9 +134,16 @@ class TopKCacheWriter {
   // a gap or rows past cache_tokens are an Error. A shard is written as soon as all its rows are in.
   void append(int64_t first_position, int64_t count, std::span<const int32_t> indices, std::span<const float> logprobs,
               std::span<const float> lse);
+  // The same for a sampled cache: ids [count * k], counts [count * k] (each row adds up to k), importance
+  // log-ratios log(p / r) [count * k], lse [count].
+  void append_sampled(int64_t first_position, int64_t count, std::span<const int32_t> indices,
+                      std::span<const uint16_t> counts, std::span<const float> log_ratios, std::span<const float> lse);
 
  private:
   void write_shard();
+  // Rows [skip, count) of one append: `encode(r, out)` writes row r's record bytes.
+  template <typename Encode>
+  void append_records(int64_t first_position, int64_t count, Encode encode);
 
   std::filesystem::path directory_;
   TopKCacheSpec spec_;
@@ -124,9 +155,10 @@ class TopKCacheWriter {
 
 // What a trainer expects of a cache; each set field must match, or opening it is an InputError.
 struct TopKCacheExpectation {
-  std::optional<int> k;
-  std::optional<std::string> tokenizer_id;
-  std::optional<DatasetIdentity> dataset;
+  std::optional<CacheKind> kind = std::nullopt;  // the other kind is an InputError that names distill.cache_kind
+  std::optional<int> k = std::nullopt;
+  std::optional<std::string> tokenizer_id = std::nullopt;
+  std::optional<DatasetIdentity> dataset = std::nullopt;
   bool verify_checksums = true;  // reads every payload once on open
 };
 
@@ -135,6 +167,14 @@ struct TopKRows {
   Tensor indices;   // i32 [n, k]
   Tensor logprobs;  // f32 [n, k]
   Tensor lse;       // f32 [n]
+};
+
+// Rows of a sampled cache as host tensors.
+struct SampledRows {
+  Tensor indices;     // i32 [n, k]: distinct ids
+  Tensor counts;      // i32 [n, k]: draws of each (0 for filler ids); a row adds up to k
+  Tensor log_ratios;  // f32 [n, k]: log(p / r)
+  Tensor lse;         // f32 [n]
 };
 
 // Memory-maps every shard of a complete cache. Truncated, corrupt, missing or mismatched shards are an
@@ -152,11 +192,16 @@ class TopKCacheReader {
   // The same rows written straight into caller buffers of count x k ids and log-probabilities (and count lse
   // values when `lse` is not null): how a training step fills its batch without intermediate copies.
   void read_rows(int64_t start, int64_t count, int32_t* indices, float* logprobs, float* lse = nullptr) const;
+  // A sampled cache's rows (read_rows and rows() refuse a sampled cache, these a top-k one).
+  SampledRows sampled_rows(int64_t start, int64_t count) const;
+  void read_sampled_rows(int64_t start, int64_t count, int32_t* indices, int32_t* counts, float* log_ratios,
+                         float* lse = nullptr) const;
 
   struct Shard;  // one memory-mapped shard file (topk_cache.cpp)
 
  private:
   TopKCacheReader() = default;
+  void check_kind(CacheKind wanted) const;
 
   std::filesystem::path directory_;
   TopKCacheSpec spec_;

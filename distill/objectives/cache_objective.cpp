@@ -13,22 +13,26 @@ void CacheDistillationObjective::prepare(const RunContext& run) {
   const ResolvedConfig& config = *run.config;
   const data::PreparedDataset& dataset = *run.dataset;
   CacheRequirements need;
-  need.k = static_cast<int>(config.get_int("distill.k"));
+  need.kind = cache_kind_from(config);
+  need.k = cache_entries_from(config);
   need.tokenizer_id = dataset.tokenizer_fingerprint;
   need.vocab_size = dataset.vocab_size;
   need.dataset = token_stream_identity(dataset.train_shards, dataset.vocab_size);
   need.temperature = config.get_double("distill.temperature");
   cache_.emplace(open_matching_cache(cache_dir(config), need));
-  spdlog::info("distill: top-k cache '{}' ({} tokens, k = {}, {})", cache_dir(config).string(), cache_->tokens(),
-               cache_->k(), cache_value_type_name(cache_->spec().value_type));
+  const bool sampled = need.kind == CacheKind::Sampled;
+  spdlog::info("distill: {} cache '{}' ({} tokens, {} = {}, {})", sampled ? "sampled" : "top-k",
+               cache_dir(config).string(), cache_->tokens(), sampled ? "K" : "k", cache_->k(),
+               cache_value_type_name(cache_->spec().value_type));
   options_ = topk_loss_options_from(config);
   options_.group = run.tp_group;
   device_ = run.device;
-  description_ = {{"name", "topk_cache"},
-                  {"divergence", config.get_string("distill.loss")},
+  description_ = {{"name", sampled ? "sampled_cache" : "topk_cache"},
+                  {"divergence", sampled ? std::string("forward_kl_sampled") : config.get_string("distill.loss")},
                   {"k", need.k},
                   {"temperature", need.temperature},
                   {"kd_ratio", options_.kd_ratio}};
+  if (sampled) description_["sample_temperature"] = config.get_double("distill.sample_temperature");
   if (options_.divergence == losses::TopkDivergence::Mixed) description_["forward_weight"] = options_.forward_weight;
   load_validation_teacher(run);
 }

@@ -119,8 +119,7 @@ ResolvedConfig teacher_config_of(const ResolvedConfig& config, const fs::path& t
 }
 
 bool owns_cache(const ResolvedConfig& config) {
-  return cache_dir(config).lexically_normal() ==
-         (fs::path(config.get_string("run.dir")) / "teacher_topk").lexically_normal();
+  return cache_dir(config).lexically_normal() == default_cache_dir(config).lexically_normal();
 }
 
 // Before any work: the folder rule, the ranks a cache can be written on, an external teacher that exists, and a
@@ -161,7 +160,7 @@ bool owns_xtoken_dir(const ResolvedConfig& config) {
 std::vector<std::string> pipeline_run_outputs(const ResolvedConfig& config) {
   std::vector<std::string> names{"config.yaml", "results.json", "loss_curves.svg", "student_kd", "student_labels"};
   if (!has_external_teacher(config)) names.push_back("teacher");
-  if (owns_cache(config)) names.push_back("teacher_topk");
+  if (owns_cache(config)) names.push_back(default_cache_dir(config).filename().string());
   if (cross_tokenizer(config) && owns_xtoken_dir(config)) names.push_back("xtoken");
   return names;
 }
@@ -250,7 +249,8 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
     report.cache_seconds = seconds_since(cache_start);
     report.cache_tokens = written.cache_tokens;
     distill::TopKCacheSpec spec;
-    spec.k = static_cast<int>(config.get_int("distill.k"));
+    spec.kind = cache_kind_from(config);
+    spec.k = cache_entries_from(config);
     spec.value_type = distill::cache_value_type_from_name(config.get_string("distill.cache_dtype"));
     report.cache_bytes_per_token = static_cast<double>(spec.record_bytes());
   }
@@ -261,8 +261,11 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
     overrides.push_back("run.dir=" + (report.run_dir / folder).string());
     return derived(config, overrides);
   };
-  const std::string kd_name =
-      std::string(xtoken ? "cross-tokenizer KD" : "KD") + (online ? " (online teacher)" : " (top-k cache)");
+  report.cache_kind = config.get_string("distill.cache_kind");
+  const bool sampled = !online && cache_kind_from(config) == CacheKind::Sampled;
+  const std::string kd_name = std::string(xtoken ? "cross-tokenizer KD" : "KD") + (online    ? " (online teacher)"
+                                                                                   : sampled ? " (sampled cache)"
+                                                                                             : " (top-k cache)");
   report.kd = train_student(kd_name, student_config("student_kd"), device, true);
   report.labels = train_student("labels only", student_config("student_labels"), device, false);
 
@@ -306,6 +309,7 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
       {"teacher_trained", report.teacher_trained},
       {"teacher_seconds", report.teacher_seconds},
       {"mode", config.get_string("distill.mode")},
+      {"cache_kind", online ? std::string("none") : report.cache_kind},
       {"cache_seconds", report.cache_seconds},
       {"cache_tokens", report.cache_tokens},
       {"cache_bytes_per_token", report.cache_bytes_per_token},
@@ -357,7 +361,7 @@ std::string format_report_table(const DistillRunReport& r) {
   out += fmt::format("  {:<22} {:>10} {:>11} {:>10} {:>12} {:>10}\n", "model", "loss", "perplexity", "bits/byte",
                      "KL(teacher)", "top-1 agr.");
   out += row("teacher", r.teacher);
-  out += row("student, KD", r.kd.eval);
+  out += row(r.cache_tokens > 0 && r.cache_kind == "sampled" ? "student, sampled KD" : "student, KD", r.kd.eval);
   out += row("student, labels only", r.labels.eval);
   const double gain = r.cross_tokenizer ? r.labels.eval.bits_per_byte.value_or(0) - r.kd.eval.bits_per_byte.value_or(0)
                                         : r.labels.eval.loss - r.kd.eval.loss;

@@ -1,8 +1,8 @@
 #pragma once
 // `retort distill run`: the whole off-policy distillation experiment in one command. Trains the teacher (the
 // teacher.* shape and budget, on the student's data) in run.dir/teacher unless distill.teacher names one, writes
-// its top-k cache (run.dir/teacher_topk; none in online mode), trains the student with KD in run.dir/student_kd
-// and, with the same steps, batch and optimizer, the same student on the labels only in run.dir/student_labels;
+// its teacher cache (run.dir/teacher_topk, or teacher_sampled; none in online mode), trains the student with KD in
+// run.dir/student_kd and, with the same steps, batch and optimizer, the same student on the labels only in run.dir/student_labels;
 // evaluates teacher and both students on the held-out split; writes results.json and loss_curves.svg into run.dir
 // and returns the figures. With distill.xtoken.enabled the teacher has a tokenizer of its own (pipeline/xtoken_stage.h)
 // and the models are compared in bits per byte of the same held-out text.
@@ -42,6 +42,7 @@ struct DistillRunReport {
   double cache_seconds = 0;
   int64_t cache_tokens = 0;
   double cache_bytes_per_token = 0;
+  std::string cache_kind = "topk";  // distill.cache_kind: "topk" or "sampled" (its KD student's signal)
   StudentOutcome kd, labels;
   double total_seconds = 0;
   bool main_rank = true;  // world rank 0: the one that reports

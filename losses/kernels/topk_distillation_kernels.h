@@ -17,7 +17,9 @@
 
 namespace retort::losses::kernels::topk {
 
-enum class Kind : int { ForwardKLRenormalized = 0, ForwardKLRest = 1, ReverseKL = 2, Mixed = 3 };
+// ForwardKLSampled: the targets are weights a_j >= 0 of a sampled estimate of the teacher (log a_j in the
+// log-prob slots), no rest bucket: the loss is sum_S a_j log(a_j / q_j), its gradient (sum_S a) q_j - a_j.
+enum class Kind : int { ForwardKLRenormalized = 0, ForwardKLRest = 1, ReverseKL = 2, Mixed = 3, ForwardKLSampled = 4 };
 
 // Doubles so the f64 CPU path loses nothing; the CUDA kernels round them to float once.
 struct TopkParams {
@@ -65,7 +67,7 @@ inline constexpr int kRowMax = 0,         // m = max_V z
     kRowTopMax = 2, kRowTopLogSum = 3,    // m_S and log sum_S e^{z - m_S}
     kRowRestMax = 4, kRowRestLogSum = 5,  // m_rest and log sum_{not S} e^{z - m_rest}
     kRowTeacherLogMass = 6,               // logsumexp_S(teacher_scale * l), unclamped
-    kRowTeacherLogRest = 7,               // log p_rest (the rest-bucket kinds)
+    kRowTeacherLogRest = 7,               // log p_rest (the rest-bucket kinds; -inf for the sampled kind)
     kRowReverse = 8,                      // the row's reverse KL (the centre of its gradient)
     kRowRawMax = 9, kRowRawLogSum = 10;   // of the raw logits, for the CE
 inline constexpr int kRowColumns = 11;

@@ -107,6 +107,23 @@ RETORT_TOPK_HD T reverse_divergence(const RowGlobals<T>& g, T cross, T top_sum, 
   return on_top + std::exp(log_q_rest) * (log_q_rest - log_p_rest);
 }
 
+// The sampled forward KL: sum_S a_j (log a_j - log q_j) = E + A (lse - m_S), the rest-bucket formula without the
+// bucket (the weights a_j are the whole target; the columns outside S have target 0).
+template <typename T>
+RETORT_TOPK_HD T sampled_divergence(const RowGlobals<T>& g, T cross, T weight) {
+  if (std::isinf(cross)) return cross;  // target weight on a token the student rules out
+  return weight > T(0) ? cross + weight * g.lse_above_top() : cross;
+}
+
+// The teacher's log rest mass a kind keeps: none for the renormalized KL (0, unused), none for the sampled targets
+// (-inf: p_rest = 0, so the forward gradient below is A q_j - a_j on S and A q_j off S), the clamped tail otherwise.
+template <typename T>
+RETORT_TOPK_HD T teacher_log_rest_of(Kind kind, T teacher_log_mass) {
+  if (kind == Kind::ForwardKLRenormalized) return T(0);
+  if (kind == Kind::ForwardKLSampled) return -std::numeric_limits<T>::infinity();
+  return teacher_log_rest(teacher_log_mass);
+}
+
 template <typename T>
 RETORT_TOPK_HD T renormalized_divergence(const RowGlobals<T>& g, T cross, T weight) {
   return std::isinf(cross) ? cross : cross + weight * g.top_log_sum;
@@ -119,6 +136,7 @@ RETORT_TOPK_HD T renormalized_divergence(const RowGlobals<T>& g, T cross, T weig
 //                            the cache's mass and the rest bucket add up; the exact derivative otherwise)
 //   reverse KL:              q_j (l_c(j) - L), l_c = log q_c - log p_c of j's category c
 //   renormalized:            q^_j - p^_j on S, 0 off S
+//   sampled:                 A q_j - a_j on S, A q_j off S (A = sum_S a_j): the forward formula with p_rest = 0
 template <typename T>
 struct RowGradient {
   RowGlobals<T> g;
@@ -152,6 +170,7 @@ struct RowGradient {
         return q_hat - std::exp(l * teacher_scale - teacher_log_mass);
       }
       case Kind::ForwardKLRest:
+      case Kind::ForwardKLSampled:
         return forward;
       case Kind::ReverseKL:
         return reverse_term;
@@ -168,7 +187,7 @@ struct RowGradient {
     const T share = z == -std::numeric_limits<T>::infinity() ? T(0) : std::exp((z - g.rest_max) - g.rest_log_sum);
     const T forward = total_weight * qj - p_rest * share;
     const T reverse_term = qj == T(0) ? T(0) : qj * (rest_log_ratio - reverse);
-    if (kind == Kind::ForwardKLRest) return forward;
+    if (kind == Kind::ForwardKLRest || kind == Kind::ForwardKLSampled) return forward;
     if (kind == Kind::ReverseKL) return reverse_term;
     return forward_weight * forward + (T(1) - forward_weight) * reverse_term;
   }

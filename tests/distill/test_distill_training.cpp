@@ -293,6 +293,71 @@ TEST(DistillEndToEnd, CudaStudentsFollowTheCpuStudents) {
   }
 }
 
+// distill.cache_kind=sampled end to end: the sampled cache of the shared teacher, then a student trained from it
+// whose KD loss and cross-entropy go down; a top-k run pointed at that cache is refused with the key to set.
+std::vector<std::string> sampled_student_overrides(const fs::path& root, const fs::path& cache, const fs::path& run) {
+  auto overrides = student_overrides(root, run);
+  overrides.insert(overrides.end(), {"distill.cache_kind=sampled", "distill.sample_k=12",
+                                     "distill.sample_temperature=1.5", "distill.cache_dir=" + cache.string()});
+  return overrides;
+}
+
+TEST(DistillEndToEnd, ASampledCacheTrainsAStudent) {
+  const fs::path& root = teacher_with_cache();
+  const fs::path out = fresh_dir("distill_sampled");
+  const auto keys = sampled_student_overrides(root, out / "cache", out / "student");
+  const distill::TeacherTopKReport report = write_teacher_cache(resolve_distill(keys), Device::cpu());
+  EXPECT_GT(report.cache_tokens, 0);
+  EXPECT_EQ(read_cache_info(out / "cache").value("kind", std::string()), "sampled");
+  const TrainResult result = run_distill_training(resolve_distill(keys), Device::cpu(), false);
+  EXPECT_EQ(result.steps, 24);
+  const auto records = read_metrics(out / "student");
+  ASSERT_EQ(records.size(), 24u);
+  const double early = mean_of(records, 0, 4, "kd"), late = mean_of(records, 20, 24, "kd");
+  EXPECT_LT(late, 0.8 * early) << "KD loss " << early << " -> " << late;
+  EXPECT_LT(mean_of(records, 20, 24, "ce"), mean_of(records, 0, 4, "ce"));
+
+  // Writing into that folder with another seed would mix two sets of draws: refused before any work.
+  auto reseeded = keys;
+  reseeded.push_back("distill.sample_seed=7");
+  try {
+    write_teacher_cache(resolve_distill(reseeded), Device::cpu());
+    ADD_FAILURE() << "a sampled cache was continued with another seed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("sample_seed = 0, the run asks for distill.sample_seed = 7"),
+              std::string::npos)
+        << e.what();
+  }
+
+  auto topk = keys;
+  topk.push_back("distill.cache_kind=topk");
+  topk.push_back("run.dir=" + (out / "topk_student").string());
+  try {
+    run_distill_training(resolve_distill(topk), Device::cpu(), false);
+    ADD_FAILURE() << "a top-k run read a sampled cache";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("is a sampled cache"), std::string::npos) << what;
+    EXPECT_NE(what.find("set distill.cache_kind=sampled"), std::string::npos) << what;
+  }
+}
+
+TEST(DistillEndToEnd, CudaSampledStudentFollowsTheCpuStudent) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const fs::path& root = teacher_with_cache();
+  const fs::path out = fresh_dir("distill_sampled_cuda");
+  write_teacher_cache(resolve_distill(sampled_student_overrides(root, out / "cache", out / "unused")), Device::cpu());
+  std::vector<double> losses[2];
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    const auto keys = sampled_student_overrides(root, out / "cache", out / (gpu ? "gpu" : "cpu"));
+    losses[gpu] =
+        run_distill_training(resolve_distill(keys), gpu ? Device::cuda(0) : Device::cpu(), false).train_losses;
+  }
+  ASSERT_EQ(losses[0].size(), losses[1].size());
+  for (size_t i = 0; i < losses[0].size(); ++i)
+    EXPECT_NEAR(losses[1][i], losses[0][i], 1e-3 * std::abs(losses[0][i]) + 1e-4) << "step " << i + 1;
+}
+
 // `retort distill train --resume` continues exactly where the run stopped, for a student of the cache and of an
 // online teacher: a run stopped by a NaN at step 12 and resumed from its step-8 checkpoint logs the same loss, KD
 // part and cross-entropy, bit for bit, as the run that was never stopped.

@@ -46,6 +46,8 @@ inline std::string divergence_name(Divergence d) {
       return "reverse_kl";
     case Divergence::Mixed:
       return "mixed";
+    case Divergence::ForwardKLSampled:  // tested on its own: tests/losses/test_sampled_kd_loss.cpp
+      return "forward_kl_sampled";
   }
   return "?";
 }
@@ -282,6 +284,9 @@ inline Reference dense_reference(const Problem& p, const std::vector<double>& st
       case Divergence::Mixed:
         add_forward_rest(w);
         add_reverse(1 - w);
+        break;
+      case Divergence::ForwardKLSampled:  // not a family member (its targets are weights, not log-probs)
+        ADD_FAILURE() << "the sampled forward KL has its own reference (test_sampled_kd_loss.cpp)";
         break;
     }
     double row = 0;

@@ -97,7 +97,7 @@ void local_stats(const Tensor& student_in, const Tensor& indices, const Tensor& 
         const double log_mass = teacher.max + std::log(teacher.sum);  // -inf: no mass
         const T teacher_log_mass = static_cast<T>(log_mass);
         stats[kRowTeacherLogMass] = teacher_log_mass;
-        stats[kRowTeacherLogRest] = renormalized ? T(0) : static_cast<T>(teacher_log_rest(log_mass));
+        stats[kRowTeacherLogRest] = static_cast<T>(teacher_log_rest_of(p.kind, log_mass));
         // The S members this shard owns.
         table.mark(ids, k, p.vocab_start);
         Lse<T> top;
@@ -205,6 +205,9 @@ void finish(const Tensor& global_max, const Tensor& partials, const Tensor& labe
             break;
           case Kind::ReverseKL:
             kd = reverse;
+            break;
+          case Kind::ForwardKLSampled:
+            kd = sampled_divergence(g, in[kForwardCross], in[kTopWeight]);
             break;
           case Kind::Mixed:
             kd = forward_weight * forward_rest_divergence(g, in[kForwardCross], in[kTopWeight], log_p_rest) +

@@ -148,7 +148,7 @@ __global__ void local_stats_kernel(const TS* student, const int32_t* indices, co
       out[kLabelLogit] = label_logit;
       float* stats = row_stats + r * kRowColumns;
       stats[kRowTeacherLogMass] = teacher_log_mass;
-      stats[kRowTeacherLogRest] = renormalized ? 0.f : static_cast<float>(teacher_log_rest(log_mass));
+      stats[kRowTeacherLogRest] = static_cast<float>(teacher_log_rest_of(p.kind, log_mass));
     }
     __syncthreads();  // the shared arrays are reused by the next row
   }
@@ -207,6 +207,9 @@ __global__ void finish_kernel(const float* global_max, const float* partials, co
           break;
         case Kind::ReverseKL:
           kd = reverse;
+          break;
+        case Kind::ForwardKLSampled:
+          kd = sampled_divergence(g, in[kForwardCross], in[kTopWeight]);
           break;
         case Kind::Mixed:
           kd = forward_weight * forward_rest_divergence(g, in[kForwardCross], in[kTopWeight], log_p_rest) +

@@ -1,10 +1,14 @@
 // The model with the fused kernels (ops/fusion.h: residual add + norm, linear bias / GELU epilogues) against the
 // same model with them off, on the same weights and batch: logits and every parameter's gradient agree within
 // rounding, for GPT (LayerNorm and RMSNorm) and Llama / Qwen 3, dense and at tp 2. f64 runs are the same math to
-// float64 rounding; f32 within 1e-5 and bf16 within 2e-2 relative L2 (sums rounded in other places). The same on
-// the GPU (skipped without one), where the fused side runs cuBLASLt's epilogues and the fused norm kernels.
+// float64 rounding, f32 within 1e-5 relative L2 (sums rounded in other places). In bf16 the two round in other
+// places by design (the fused kernels keep the residual sum in f32), so both are judged against the float64 model
+// instead: the fused run must be no less accurate than the separate kernels (at most 1.25x their error, floor 1e-2).
+// The same on the GPU (skipped without one), where the fused side runs cuBLASLt's epilogues and the fused norm
+// kernels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -80,7 +84,26 @@ void expect_same_within(const ModelRun& fused, const ModelRun& plain, double bou
 }
 
 double bound_for(DType dtype) {
-  return dtype == DType::F64 ? 1e-12 : dtype == DType::F32 ? 1e-5 : 2e-2;
+  return dtype == DType::F64 ? 1e-12 : 1e-5;
+}
+
+// bf16: the fused run's error against the float64 model at most 1.25x the separate kernels' (or 1e-2, below which
+// bf16 rounding of a small gradient is all there is).
+void expect_as_accurate(const ModelRun& fused, const ModelRun& plain, const ModelRun& exact) {
+  auto check = [](const Tensor& f, const Tensor& p, const Tensor& e, const std::string& what) {
+    const double fused_error = relative_error(f, e), plain_error = relative_error(p, e);
+    EXPECT_LE(fused_error, std::max(1.25 * plain_error, 1e-2))
+        << what << ": fused " << fused_error << " against float64, separate kernels " << plain_error;
+  };
+  check(fused.logits, plain.logits, exact.logits, "logits");
+  for (const auto& [name, g] : exact.grads) check(fused.grads.at(name), plain.grads.at(name), g, name);
+}
+
+// The case in `dtype` with the fused kernels on and off; bf16 also against the float64 model on the CPU.
+void expect_fused_matches(const GptConfig& config, DType dtype, Device device) {
+  const ModelRun fused = run_model(config, dtype, device, true), plain = run_model(config, dtype, device, false);
+  if (dtype != DType::BF16) return expect_same_within(fused, plain, bound_for(dtype));
+  expect_as_accurate(fused, plain, run_model(config, DType::F64, Device::cpu(), false));
 }
 
 struct ModelCase {
@@ -93,9 +116,7 @@ TEST(FusedKernelsModel, SameLogitsAndGradientsAsSeparateKernelsOnCpu) {
   for (const ModelCase& m : kModels)
     for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
       SCOPED_TRACE(m.family + " " + m.norm + " " + std::string(dtype_name(dtype)));
-      const GptConfig config = small_config(m.family, m.norm);
-      expect_same_within(run_model(config, dtype, Device::cpu(), true), run_model(config, dtype, Device::cpu(), false),
-                         bound_for(dtype));
+      expect_fused_matches(small_config(m.family, m.norm), dtype, Device::cpu());
     }
 }
 
@@ -122,10 +143,11 @@ TEST(FusedKernelsModel, SameLogitsAndGradientsAsSeparateKernelsOnGpu) {
     for (DType dtype : {DType::F32, DType::BF16}) {
       SCOPED_TRACE(m.family + " " + m.norm + " " + std::string(dtype_name(dtype)));
       const GptConfig config = small_config(m.family, m.norm);
-      const ModelRun fused = run_model(config, dtype, Device::cuda(0), true);
-      expect_same_within(fused, run_model(config, dtype, Device::cuda(0), false), bound_for(dtype));
-      // And the GPU's fused run against the CPU's (the CPU composes the same math from separate kernels).
-      expect_same_within(fused, run_model(config, dtype, Device::cpu(), false), dtype == DType::F32 ? 1e-4 : 3e-2);
+      expect_fused_matches(config, dtype, Device::cuda(0));
+      // And the GPU's fused f32 run against the CPU's (the CPU composes the same math from separate kernels).
+      if (dtype == DType::F32)
+        expect_same_within(run_model(config, dtype, Device::cuda(0), true),
+                           run_model(config, dtype, Device::cpu(), false), 1e-4);
     }
 }
 

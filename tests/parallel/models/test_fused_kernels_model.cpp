@@ -3,7 +3,7 @@
 // rounding, for GPT (LayerNorm and RMSNorm) and Llama / Qwen 3, dense and at tp 2. f64 runs are the same math to
 // float64 rounding, f32 within 1e-5 relative L2 (sums rounded in other places). In bf16 the two round in other
 // places by design (the fused kernels keep the residual sum in f32), so both are judged against the float64 model
-// instead: the fused run must be no less accurate than the separate kernels (at most 1.25x their error, floor 1e-2).
+// instead: the fused run must be no less accurate than the separate kernels (at most 1.5x their error, or 2e-2).
 // The same on the GPU (skipped without one), where the fused side runs cuBLASLt's epilogues and the fused norm
 // kernels.
 #include <gtest/gtest.h>
@@ -87,12 +87,12 @@ double bound_for(DType dtype) {
   return dtype == DType::F64 ? 1e-12 : 1e-5;
 }
 
-// bf16: the fused run's error against the float64 model at most 1.25x the separate kernels' (or 1e-2, below which
+// bf16: the fused run's error against the float64 model at most 1.5x the separate kernels' (or 2e-2, below which
 // bf16 rounding of a small gradient is all there is).
 void expect_as_accurate(const ModelRun& fused, const ModelRun& plain, const ModelRun& exact) {
   auto check = [](const Tensor& f, const Tensor& p, const Tensor& e, const std::string& what) {
     const double fused_error = relative_error(f, e), plain_error = relative_error(p, e);
-    EXPECT_LE(fused_error, std::max(1.25 * plain_error, 1e-2))
+    EXPECT_LE(fused_error, std::max(1.5 * plain_error, 2e-2))
         << what << ": fused " << fused_error << " against float64, separate kernels " << plain_error;
   };
   check(fused.logits, plain.logits, exact.logits, "logits");

@@ -70,14 +70,15 @@ class RealTokenizations : public ::testing::Test {
     hf_.clear();
     sentencepiece_.clear();
   }
-  void require_hf() {
-    RETORT_REQUIRE_ORACLE(hf_.size() == 2,
-                          "data/hf-tokenizers/{llama3,qwen3}/tokenizer.json are missing: fetch them "
-                          "with scripts/fetch-hf-tokenizers.sh");
-  }
   static std::vector<Named> hf_, sentencepiece_;
 };
 std::vector<Named> RealTokenizations::hf_, RealTokenizations::sentencepiece_;
+
+// In the test body itself: a skip (or a failure) inside a helper function would return from the helper only, and the
+// test would go on to index the missing tokenizers.
+#define REQUIRE_HF_TOKENIZERS()                                                                                 \
+  RETORT_REQUIRE_ORACLE(hf_.size() == 2, "data/hf-tokenizers/{llama3,qwen3}/tokenizer.json are missing: fetch " \
+                                         "them with scripts/fetch-hf-tokenizers.sh")
 
 std::string decode_range(const data::Tokenizer& tokenizer, const SideTokens& side, int32_t begin, int32_t end) {
   return tokenizer.decode(std::span<const int32_t>(side.ids).subspan(size_t(begin), size_t(end - begin)));
@@ -122,7 +123,7 @@ AlignmentStats check_pair(const Named& student, const Named& teacher, const std:
 }
 
 TEST_F(RealTokenizations, Llama3AndQwen3OnFortunesAndTheStressText) {
-  require_hf();
+  REQUIRE_HF_TOKENIZERS();
   for (const std::string& name : kFortuneFiles) {
     SCOPED_TRACE(name);
     const AlignmentStats st = check_pair(hf_[0], hf_[1], read_bytes(kFortunes / name), true);
@@ -144,7 +145,7 @@ TEST_F(RealTokenizations, Llama3AndQwen3OnFortunesAndTheStressText) {
 // Neither tokenizer.json's post-processor adds a special token, so the document framing a training row gives is
 // added by hand: Llama-3's <|begin_of_text|> in front of the student, each side's eos at the end.
 TEST_F(RealTokenizations, BosOnTheLlamaSideIsAnOrphanAndTheEosTokensPair) {
-  require_hf();
+  REQUIRE_HF_TOKENIZERS();
   const std::string text = "Hello world 12345, ñ 日本";
   SideTokens s = side_tokens(*hf_[0].tokenizer, text);
   SideTokens t = side_tokens(*hf_[1].tokenizer, text);
@@ -172,7 +173,7 @@ TEST_F(RealTokenizations, BosOnTheLlamaSideIsAnOrphanAndTheEosTokensPair) {
 // What the string alignment is for: texts that differ. The teacher reads the text inside Qwen's chat template, the
 // student reads it bare; the template's tokens are teacher-only, every student token still lands in a correct chunk.
 TEST_F(RealTokenizations, StringAlignmentOfATextAndTheSameTextInAChatTemplate) {
-  require_hf();
+  REQUIRE_HF_TOKENIZERS();
   const std::string text = read_bytes(kFortunes / "debian");
   const std::string wrapped = "<|im_start|>user\n" + text + "<|im_end|>\n<|im_start|>assistant\n";
   const SideTokens s = side_tokens(*hf_[0].tokenizer, text), t = side_tokens(*hf_[1].tokenizer, wrapped);
@@ -200,7 +201,7 @@ TEST_F(RealTokenizations, TwoSentencePieceTokenizersOnFortunesAndTheStressText) 
 }
 
 TEST_F(RealTokenizations, SentencePieceStudentAndHuggingFaceTeacher) {
-  require_hf();
+  REQUIRE_HF_TOKENIZERS();
   for (const Named& teacher : hf_) {
     const AlignmentStats st = check_pair(sentencepiece_[1], teacher, stress_text(), teacher.name != "qwen3");
     EXPECT_FALSE(low_alignment_warning(st).has_value());

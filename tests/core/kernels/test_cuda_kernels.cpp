@@ -252,6 +252,28 @@ TEST(CudaGemm, AgainstCpuAllLayouts) {
   }
 }
 
+// Large bf16 products whose rows are not a multiple of 16 bytes go through copies with padded rows (gemm.cu,
+// kStagingMinMacs): 520 x 1001 x 1030 is above the threshold, and 1001 and 1030 columns are both misaligned, so each
+// layout stages some of A, B and C (C also with beta, whose old values must survive the copy in).
+TEST(CudaGemm, LargeProductsWithMisalignedRowsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t m = 520, n = 1001, k = 1030;
+  uint64_t seed = 900;
+  for (DType c_dtype : {DType::BF16, DType::F32})
+    for (int trans = 0; trans < 4; ++trans)
+      for (float beta : {0.f, 0.5f}) {
+        const bool ta = trans & 1, tb = trans & 2;
+        Tensor a = random_gpu(ta ? Shape{k, m} : Shape{m, k}, DType::BF16, ++seed, -1, 1);
+        Tensor b = random_gpu(tb ? Shape{n, k} : Shape{k, n}, DType::BF16, ++seed, -1, 1);
+        Tensor c = beta == 0.f ? poisoned({m, n}, c_dtype) : random_gpu({m, n}, c_dtype, ++seed);
+        Tensor ref = beta == 0.f ? poisoned({m, n}, DType::F32, kCpu) : host(c).to(DType::F32);
+        gpu::gemm(a, b, c, ta, tb, 1.0f, beta);
+        cpu::gemm(host(a), host(b), ref, ta, tb, 1.0f, beta);
+        expect_close(fmt::format("staged gemm bf16->{} ta{} tb{} beta{}", name(c_dtype), ta, tb, beta), c, ref,
+                     tolerance(DType::BF16));
+      }
+}
+
 TEST(CudaGemm, EmptyInnerDimensionScalesC) {
   SKIP_WITHOUT_GPU();
   Tensor a = random_gpu({3, 0}, DType::F32, 1), b = random_gpu({0, 5}, DType::F32, 2);

@@ -64,34 +64,42 @@ void gemm_strided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   }
 }
 
-// cuBLAS's tensor-core kernels for 16-bit operands need every leading dimension to span a multiple of 16 bytes.
-// With one that does not (the logits of a vocabulary like GPT-2's 50,257 ids: rows of 100,514 bytes) it runs
-// kernels several times slower: 13 ms instead of about 2 for GPT-2 small's head at batch 16 x 1024, and the same
-// again for each of its two backward products. A large product therefore takes such a matrix through a copy whose
-// rows are padded to 16 bytes (cuBLAS accepts a leading dimension larger than the matrix): a strided copy at
-// memory speed, about 1 ms for those logits, in place of the slow kernel.
-constexpr double kStagingMinMacs = double(1 << 28);
+// cuBLAS picks slow kernels for a large 16-bit product with a dimension that is not a multiple of 8: GPT-2's
+// 50,257-id head took 13-15 ms on an H100 at batch 16 x 1024 against about 2 ms at 50,304, in the forward and again
+// in each of its two backward products (rows padded to 16 bytes alone did not help: the size itself decides).
+// Such a product runs on copies padded with zeros to multiples of 8 in every dimension (zero rows and columns add
+// nothing to the product; the extra outputs are dropped): strided copies at memory speed, about 1 ms for those
+// logits, in place of the slow kernels. Small products are not worth the copies.
+constexpr double kPaddingMinMacs = double(1 << 28);
 
-// A row-major matrix of `rows` x `cols` elements, `ld` apart, as a product reads or writes it.
+int64_t round_up8(int64_t v) {
+  return (v + 7) / 8 * 8;
+}
+
+// A row-major matrix of `rows` x `cols` elements, `ld` elements apart.
 struct MatrixRef {
   char* data;
   int64_t rows, cols, ld;
 };
 
-bool needs_staging(int64_t ld, size_t element_size) {
-  return (static_cast<size_t>(ld) * element_size) % 16 != 0;
-}
-
-// A copy of `m` (copy_in: with its contents) with the leading dimension rounded up to 16 bytes.
-Tensor staged_copy(const MatrixRef& m, DType dtype, Device device, bool copy_in, MatrixRef& staged) {
+// A [padded_rows, padded_cols] buffer holding `m` in its top-left corner (copy_in) and zeros elsewhere (zero_rest).
+Tensor padded_copy(const MatrixRef& m, int64_t padded_rows, int64_t padded_cols, DType dtype, Device device,
+                   bool copy_in, bool zero_rest, MatrixRef& padded) {
   const size_t es = dtype_size(dtype);
-  const int64_t per_16 = static_cast<int64_t>(16 / es);
-  const int64_t ld = (m.cols + per_16 - 1) / per_16 * per_16;
-  Tensor buffer = Tensor::empty({m.rows, ld}, dtype, device);
-  staged = {static_cast<char*>(buffer.raw_data()), m.rows, m.cols, ld};
+  Tensor buffer = Tensor::empty({padded_rows, padded_cols}, dtype, device);
+  padded = {static_cast<char*>(buffer.raw_data()), padded_rows, padded_cols, padded_cols};
+  cudaStream_t stream = rc::current_stream();
+  if (zero_rest) {
+    if (padded_cols > m.cols)
+      RETORT_CUDA_CHECK(cudaMemset2DAsync(padded.data + m.cols * es, padded_cols * es, 0, (padded_cols - m.cols) * es,
+                                          m.rows, stream));
+    if (padded_rows > m.rows)
+      RETORT_CUDA_CHECK(cudaMemsetAsync(padded.data + m.rows * padded_cols * es, 0,
+                                        (padded_rows - m.rows) * padded_cols * es, stream));
+  }
   if (copy_in)
-    RETORT_CUDA_CHECK(cudaMemcpy2DAsync(staged.data, ld * es, m.data, m.ld * es, m.cols * es, m.rows,
-                                        cudaMemcpyDeviceToDevice, rc::current_stream()));
+    RETORT_CUDA_CHECK(cudaMemcpy2DAsync(padded.data, padded_cols * es, m.data, m.ld * es, m.cols * es, m.rows,
+                                        cudaMemcpyDeviceToDevice, stream));
   return buffer;
 }
 
@@ -130,33 +138,41 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_
   const void* a_data = a.raw_data();
   const void* b_data = b.raw_data();
   void* c_data = c.raw_data();
-  // One large 16-bit product with a misaligned leading dimension: stage that matrix (see kStagingMinMacs).
-  Tensor a_staged, b_staged, c_staged;
-  MatrixRef c_ref{static_cast<char*>(c.raw_data()), rows, n, n};
+  // One large 16-bit product with a dimension that is not a multiple of 8: run it padded (see kPaddingMinMacs).
+  Tensor a_padded, b_padded, c_padded;
+  const MatrixRef c_ref{static_cast<char*>(c.raw_data()), rows, n, n};
   const size_t ab_size = dtype_size(a.dtype()), c_size = dtype_size(c.dtype());
-  if (batch == 1 && ab_size == 2 && double(rows) * double(n) * double(k) >= kStagingMinMacs) {
-    MatrixRef staged{};
-    if (needs_staging(lda, ab_size)) {
-      a_staged = staged_copy({static_cast<char*>(const_cast<void*>(a_data)), trans_a ? k : rows, lda, lda}, a.dtype(),
-                             c.device(), true, staged);
-      a_data = staged.data;
-      lda = staged.ld;
+  int64_t run_rows = rows, run_n = n, run_k = k;
+  if (batch == 1 && ab_size == 2 && double(rows) * double(n) * double(k) >= kPaddingMinMacs &&
+      (rows % 8 != 0 || n % 8 != 0 || k % 8 != 0)) {
+    run_rows = round_up8(rows), run_n = round_up8(n), run_k = round_up8(k);
+    auto* a_bytes = static_cast<char*>(const_cast<void*>(a_data));
+    auto* b_bytes = static_cast<char*>(const_cast<void*>(b_data));
+    MatrixRef padded{};
+    // a is [rows, k] ([k, rows] transposed), b is [k, n] ([n, k] transposed).
+    if (run_k != k || run_rows != rows) {
+      const MatrixRef a_ref = trans_a ? MatrixRef{a_bytes, k, rows, lda} : MatrixRef{a_bytes, rows, k, lda};
+      a_padded = padded_copy(a_ref, trans_a ? run_k : run_rows, trans_a ? run_rows : run_k, a.dtype(), c.device(),
+                             true, true, padded);
+      a_data = padded.data;
+      lda = padded.ld;
     }
-    if (needs_staging(ldb, ab_size)) {
-      b_staged = staged_copy({static_cast<char*>(const_cast<void*>(b_data)), trans_b ? n : k, ldb, ldb}, b.dtype(),
-                             c.device(), true, staged);
-      b_data = staged.data;
-      ldb = staged.ld;
+    if (run_k != k || run_n != n) {
+      const MatrixRef b_ref = trans_b ? MatrixRef{b_bytes, n, k, ldb} : MatrixRef{b_bytes, k, n, ldb};
+      b_padded = padded_copy(b_ref, trans_b ? run_n : run_k, trans_b ? run_k : run_n, b.dtype(), c.device(), true,
+                             true, padded);
+      b_data = padded.data;
+      ldb = padded.ld;
     }
-    if (needs_staging(ldc, c_size)) {
-      c_staged = staged_copy(c_ref, c.dtype(), c.device(), beta != 0.f, staged);
-      c_data = staged.data;
-      ldc = staged.ld;
+    if (run_rows != rows || run_n != n) {
+      c_padded = padded_copy(c_ref, run_rows, run_n, c.dtype(), c.device(), beta != 0.f, false, padded);
+      c_data = padded.data;
+      ldc = padded.ld;
     }
   }
-  gemm_strided(trans_a, trans_b, rows, n, k, alpha, a_data, lda, stride_a, b_data, ldb, stride_b, beta, c_data, ldc,
-               stride_c, batch, a.dtype(), c.dtype());
-  if (c_staged.defined())
+  gemm_strided(trans_a, trans_b, run_rows, run_n, run_k, alpha, a_data, lda, stride_a, b_data, ldb, stride_b, beta,
+               c_data, ldc, stride_c, batch, a.dtype(), c.dtype());
+  if (c_padded.defined())
     RETORT_CUDA_CHECK(cudaMemcpy2DAsync(c_ref.data, n * c_size, c_data, ldc * c_size, n * c_size, rows,
                                         cudaMemcpyDeviceToDevice, rc::current_stream()));
 }

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/tensor/capture_arena.h"
 #include "core/tensor/host_allocator.h"
 #include "core/util/error.h"
 
@@ -59,6 +60,8 @@ void* allocate(size_t nbytes, Device device) {
   if (nbytes == 0) nbytes = 1;
   if (device.is_cpu()) return host_allocator::allocate(nbytes);
 #ifdef RETORT_WITH_CUDA
+  if (void* carved = CaptureArena::carve_if_open(nbytes, device)) return carved;
+  AllocationTally::add(nbytes);
   DeviceGuard guard(device.index);
   void* ptr = nullptr;
   cudaError_t status = cudaMallocAsync(&ptr, nbytes, cuda::compute_stream(device.index));
@@ -81,6 +84,7 @@ void release(void* ptr, size_t nbytes, Device device) {
     return;
   }
 #ifdef RETORT_WITH_CUDA
+  if (CaptureArena::owns(ptr)) return;  // the arena gives its block back whole
   DeviceGuard guard(device.index);
   cudaFreeAsync(ptr, cuda::compute_stream(device.index));  // never throw from a destructor path
 #endif

@@ -4,8 +4,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "core/tensor/capture_arena.h"
 #include "core/util/error.h"
 #include "parallel/generate/kv_cache.h"
 #include "parallel/generate/sampler_kernels.h"
@@ -68,6 +72,9 @@ struct GraphedDecodeStep::State {
   Tensor winners, logits;  // device outputs of the step (logits: only for pass None)
   Tensor inv_freq;
 
+  // The step's own tensors during the capture (sized by the eager first step): the graph then has no memory nodes.
+  std::unique_ptr<CaptureArena> arena;
+  size_t step_bytes = 0;
   cudaGraphExec_t exec = nullptr;
   int64_t nodes = 0;
   bool capture_failed = false;
@@ -91,8 +98,8 @@ struct GraphedDecodeStep::State {
   // Everything one step does, enqueued on the compute stream: nothing here waits or touches pageable memory.
   void enqueue() {
     RETORT_CUDA_CHECK(cudaMemcpyAsync(inputs.raw_data(), host_in, in_bytes, cudaMemcpyHostToDevice, stream));
-    // The step's own tensors (activations, the logits) are allocated and freed inside it: in a graph they are
-    // memory nodes with fixed addresses.
+    // The step's own tensors (activations, the logits) are allocated and freed inside it: while capturing, from
+    // the arena, at addresses the graph keeps.
     const Tensor step_logits = model.decode_step(ids, positions, inv_freq, cache, dtype);
     switch (pass) {
       case SinglePassSampling::Argmax:
@@ -117,8 +124,11 @@ struct GraphedDecodeStep::State {
   void capture() {
     cudaGraph_t graph = nullptr;
     std::string failure;
+    // A quarter more than the eager step allocated, for allocations whose size the capture changes.
+    arena = std::make_unique<CaptureArena>(device, step_bytes + step_bytes / 4 + (1 << 20));
     RETORT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
     try {
+      const CaptureArena::Scope scope(*arena);
       enqueue();
     } catch (const std::exception& e) {
       failure = e.what();
@@ -126,9 +136,11 @@ struct GraphedDecodeStep::State {
     const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
     if (failure.empty() && ended != cudaSuccess)
       failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(ended);
+    std::string kinds;
     if (failure.empty()) {
       size_t count = 0;
       cudaGraphGetNodes(graph, nullptr, &count);
+      kinds = node_kinds(graph, count);
       const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
       if (made != cudaSuccess) {
         failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(made);
@@ -143,11 +155,37 @@ struct GraphedDecodeStep::State {
     if (!failure.empty()) {
       cudaGetLastError();  // a failed capture leaves a (non-sticky) error behind
       capture_failed = true;
+      arena.reset();
       spdlog::debug("generation: the decode step could not be captured in a CUDA graph ({}); decoding without one",
                     failure);
       return;
     }
-    spdlog::debug("generation: the decode step of {} sequences is one CUDA graph of {} nodes", batch, nodes);
+    spdlog::debug("generation: the decode step of {} sequences is one CUDA graph of {} nodes ({}), {:.1f} MiB of "
+                  "activations",
+                  batch, nodes, kinds, arena->used() / 1048576.0);
+  }
+
+  // "kernel 120, memset 2, ...": what the graph is made of, for the log.
+  static std::string node_kinds(cudaGraph_t graph, size_t count) {
+    std::vector<cudaGraphNode_t> all(count);
+    if (count == 0 || cudaGraphGetNodes(graph, all.data(), &count) != cudaSuccess) return "";
+    std::map<std::string, int> tally;
+    for (cudaGraphNode_t node : all) {
+      cudaGraphNodeType type{};
+      cudaGraphNodeGetType(node, &type);
+      switch (type) {
+        case cudaGraphNodeTypeKernel: ++tally["kernel"]; break;
+        case cudaGraphNodeTypeMemcpy: ++tally["memcpy"]; break;
+        case cudaGraphNodeTypeMemset: ++tally["memset"]; break;
+        case cudaGraphNodeTypeMemAlloc: ++tally["alloc"]; break;
+        case cudaGraphNodeTypeMemFree: ++tally["free"]; break;
+        case cudaGraphNodeTypeEmpty: ++tally["empty"]; break;
+        default: ++tally["other"]; break;
+      }
+    }
+    std::string text;
+    for (const auto& [kind, n] : tally) text += (text.empty() ? "" : ", ") + kind + " " + std::to_string(n);
+    return text;
   }
 };
 
@@ -201,6 +239,10 @@ std::vector<int32_t> GraphedDecodeStep::run(const std::vector<int32_t>& last, co
   if (s.steps >= 1 && !s.exec && !s.capture_failed) s.capture();
   if (s.exec) {
     RETORT_CUDA_CHECK(cudaGraphLaunch(s.exec, s.stream));
+  } else if (s.steps == 0) {
+    const AllocationTally tally;  // sizes the capture's arena
+    s.enqueue();
+    s.step_bytes = tally.bytes();
   } else {
     s.enqueue();
   }

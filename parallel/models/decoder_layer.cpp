@@ -120,36 +120,38 @@ Tensor DecoderLayer::mlp(const Tensor& normed, DType compute_dtype) const {
       ops::swiglu(gate_proj_->forward(normed, compute_dtype), up_proj_->forward(normed, compute_dtype)), compute_dtype);
 }
 
-Tensor DecoderLayer::finish(const Tensor& x, const Tensor& attn, DType compute_dtype) const {
-  const Tensor h = ops::add(x, o_proj_->forward(attn, compute_dtype));
-  return ops::add(h, mlp(norm_in_f32(*post_attention_layernorm_, h), compute_dtype));
-}
-
 Tensor DecoderLayer::forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
                              DType compute_dtype) const {
   const ResidualStream out = forward_stream({x, Tensor()}, positions, inv_freq, compute_dtype);
   return ops::add(out.x, out.pending);
 }
 
-ResidualStream DecoderLayer::forward_stream(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,
-                                            DType compute_dtype) const {
+template <typename Attend>
+ResidualStream DecoderLayer::around_attention(const ResidualStream& in, const Tensor& positions,
+                                              const Tensor& inv_freq, DType compute_dtype,
+                                              const Attend& attend) const {
   const ops::ResidualNorm first = in.pending.defined() ? added_norm_in_f32(*input_layernorm_, in.x, in.pending)
                                                        : ops::ResidualNorm{in.x, norm_in_f32(*input_layernorm_, in.x)};
-  const Projected p = project(first.normed, positions, inv_freq, compute_dtype);
-  const Tensor attn =
-      ops::causal_attention(p.q, p.k, p.v, static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
+  const Tensor attn = attend(project(first.normed, positions, inv_freq, compute_dtype));
   const ops::ResidualNorm second =
       added_norm_in_f32(*post_attention_layernorm_, first.sum, o_proj_->forward(attn, compute_dtype));
   return {second.sum, mlp(second.normed, compute_dtype)};
 }
 
-Tensor DecoderLayer::forward_cached(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
-                                    generate::KvCache& cache, int64_t layer, const Tensor& starts,
-                                    DType compute_dtype) const {
-  const Projected p = project(norm_in_f32(*input_layernorm_, x), positions, inv_freq, compute_dtype);
-  const Tensor attn = ops::attention_with_kv_cache(p.q, p.k, p.v, cache.keys(layer), cache.values(layer), starts,
-                                                   static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
-  return finish(x, attn, compute_dtype);
+ResidualStream DecoderLayer::forward_stream(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,
+                                            DType compute_dtype) const {
+  return around_attention(in, positions, inv_freq, compute_dtype, [&](const Projected& p) {
+    return ops::causal_attention(p.q, p.k, p.v, static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
+  });
+}
+
+ResidualStream DecoderLayer::forward_cached(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,
+                                            generate::KvCache& cache, int64_t layer, const Tensor& starts,
+                                            DType compute_dtype) const {
+  return around_attention(in, positions, inv_freq, compute_dtype, [&](const Projected& p) {
+    return ops::attention_with_kv_cache(p.q, p.k, p.v, cache.keys(layer), cache.values(layer), starts,
+                                        static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
+  });
 }
 
 }  // namespace retort::models

@@ -33,9 +33,10 @@ class DecoderLayer : public nn::Module {
                                 DType compute_dtype) const;
   // The same over new positions only: writes their keys and values into layer `layer` of the cache and attends
   // each row's cached keys (no tape).
-  // starts: i32 [B] on x's device, where each row's new positions begin (the cache lengths).
-  Tensor forward_cached(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, generate::KvCache& cache,
-                        int64_t layer, const Tensor& starts, DType compute_dtype) const;
+  // starts: i32 [B] on the stream's device, where each row's new positions begin (the cache lengths).
+  ResidualStream forward_cached(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,
+                                generate::KvCache& cache, int64_t layer, const Tensor& starts,
+                                DType compute_dtype) const;
 
  private:
   struct Projected {
@@ -43,10 +44,12 @@ class DecoderLayer : public nn::Module {
   };
   // q, k and v of this rank's heads from the normed input, q and k normed (qwen3) and rotated.
   Projected project(const Tensor& normed, const Tensor& positions, const Tensor& inv_freq, DType compute_dtype) const;
+  // The layer around an attention that maps the projected q, k, v to [B, T, local heads * head_dim].
+  template <typename Attend>
+  ResidualStream around_attention(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,
+                                  DType compute_dtype, const Attend& attend) const;
   Tensor project_kv(const std::shared_ptr<tp::ColumnParallelLinear>& sharded, const std::shared_ptr<nn::Linear>& whole,
                     const Tensor& x, DType compute_dtype) const;
-  // The residual additions after attention: x + o(attn), then + down(silu(gate) * up) of its norm.
-  Tensor finish(const Tensor& x, const Tensor& attn, DType compute_dtype) const;
   // down(silu(gate(normed)) * up(normed)).
   Tensor mlp(const Tensor& normed, DType compute_dtype) const;
 

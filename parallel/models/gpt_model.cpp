@@ -80,24 +80,28 @@ Tensor GptBlock::forward(const Tensor& x, DType compute_dtype) const {
   return ops::add(out.x, out.pending);
 }
 
-ResidualStream GptBlock::forward_stream(const ResidualStream& in, DType compute_dtype) const {
+template <typename Attend>
+ResidualStream GptBlock::around_attention(const ResidualStream& in, DType compute_dtype, const Attend& attend) const {
   const ops::ResidualNorm first =
       in.pending.defined() ? ln_1_->forward_added(in.x, in.pending) : ops::ResidualNorm{in.x, ln_1_->forward(in.x)};
-  const Tensor attn =
-      ops::causal_self_attention(qkv_->forward(first.normed, compute_dtype), static_cast<int>(local_heads_));
+  const Tensor attn = attend(qkv_->forward(first.normed, compute_dtype));
   const ops::ResidualNorm second = ln_2_->forward_added(first.sum, attn_proj_->forward(attn, compute_dtype));
   const Tensor mlp = mlp_proj_->forward(fc_->forward_gelu(second.normed, compute_dtype), compute_dtype);
   return {second.sum, mlp};
 }
 
-Tensor GptBlock::forward_cached(const Tensor& x, generate::KvCache& cache, int64_t layer, const Tensor& starts,
-                                DType compute_dtype) const {
-  const Tensor qkv = qkv_->forward(ln_1_->forward(x), compute_dtype);
-  const Tensor attn =
-      ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts, static_cast<int>(local_heads_));
-  Tensor h = ops::add(x, attn_proj_->forward(attn, compute_dtype));
-  Tensor mlp = mlp_proj_->forward(ops::gelu(fc_->forward(ln_2_->forward(h), compute_dtype)), compute_dtype);
-  return ops::add(h, mlp);
+ResidualStream GptBlock::forward_stream(const ResidualStream& in, DType compute_dtype) const {
+  return around_attention(in, compute_dtype, [&](const Tensor& qkv) {
+    return ops::causal_self_attention(qkv, static_cast<int>(local_heads_));
+  });
+}
+
+ResidualStream GptBlock::forward_cached(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
+                                        const Tensor& starts, DType compute_dtype) const {
+  return around_attention(in, compute_dtype, [&](const Tensor& qkv) {
+    return ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts,
+                                        static_cast<int>(local_heads_));
+  });
 }
 
 GptModel::GptModel(const GptConfig& config, std::shared_ptr<Communicator> tp_group)
@@ -219,12 +223,14 @@ Tensor GptModel::forward(const Tensor& ids, DType compute_dtype) const {
 
 Tensor GptModel::cached_layers(Tensor x, const Tensor& positions, const Tensor& inv_freq, const Tensor& starts,
                                generate::KvCache& cache, DType compute_dtype) const {
+  // The residual stream as in forward: each block's last addition is done by the next block's norm.
+  ResidualStream stream{std::move(x), Tensor()};
   for (size_t layer = 0; layer < blocks_.size(); ++layer)
-    x = blocks_[layer]->forward_cached(x, cache, static_cast<int64_t>(layer), starts, compute_dtype);
+    stream = blocks_[layer]->forward_cached(stream, cache, static_cast<int64_t>(layer), starts, compute_dtype);
   for (size_t layer = 0; layer < layers_.size(); ++layer)
-    x = layers_[layer]->forward_cached(x, positions, inv_freq, cache, static_cast<int64_t>(layer), starts,
-                                       compute_dtype);
-  return x;
+    stream = layers_[layer]->forward_cached(stream, positions, inv_freq, cache, static_cast<int64_t>(layer), starts,
+                                            compute_dtype);
+  return stream.pending.defined() ? ops::add(stream.x, stream.pending) : stream.x;
 }
 
 Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& valid, generate::KvCache& cache,

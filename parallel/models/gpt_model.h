@@ -81,12 +81,17 @@ class GptBlock : public nn::Module {
   Tensor forward(const Tensor& x, DType compute_dtype) const;
   // The block on a stream with a pending addition; returns {x + attention part, the MLP output still pending}.
   ResidualStream forward_stream(const ResidualStream& in, DType compute_dtype) const;
-  // x [B, T_new, C] of new positions; reads and extends layer `layer` of the cache (see GptModel::forward_cached).
-  // starts: i32 [B] on x's device, where each row's new positions begin (the cache lengths).
-  Tensor forward_cached(const Tensor& x, generate::KvCache& cache, int64_t layer, const Tensor& starts,
-                        DType compute_dtype) const;
+  // The same over new positions [B, T_new, C] only; reads and extends layer `layer` of the cache (see
+  // GptModel::forward_cached). starts: i32 [B] on the stream's device, where each row's new positions begin (the
+  // cache lengths).
+  ResidualStream forward_cached(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
+                                const Tensor& starts, DType compute_dtype) const;
 
  private:
+  // The block around an attention that maps the fused q|k|v projection [B, T, 3C / tp] to [B, T, C / tp].
+  template <typename Attend>
+  ResidualStream around_attention(const ResidualStream& in, DType compute_dtype, const Attend& attend) const;
+
   int64_t local_heads_;
   std::shared_ptr<nn::Norm> ln_1_, ln_2_;
   std::shared_ptr<tp::ColumnParallelLinear> qkv_, fc_;

@@ -13,7 +13,8 @@ namespace {
 void run_compare(const ResolvedConfig& config, const ConfigCommandArgs& args) {
   const distill::ComparisonReport report = distill::run_distillation_comparison(
       config, device_from_args(args, config), distill::run_start_from_flags(args.resume, args.overwrite));
-  std::cout << "\n" << distill::comparison_markdown(report) << "\ncompare.json, compare.md and compare_curves.svg in "
+  std::cout << "\n"
+            << distill::comparison_markdown(report) << "\ncompare.json, compare.md and compare_curves.svg in "
             << report.run_dir.string() << "\n";
 }
 

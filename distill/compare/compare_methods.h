@@ -10,8 +10,8 @@
 namespace retort::distill {
 
 struct CompareMethod {
-  std::string name;    // the key's value in distill.compare.methods, and the method's folder in run.dir
-  std::string title;   // the table's row
+  std::string name;                    // the key's value in distill.compare.methods, and the method's folder in run.dir
+  std::string title;                   // the table's row
   std::vector<std::string> overrides;  // the keys that select it
   bool uses_teacher_signal = true;     // false: the label-only student (`retort train`'s objective)
   bool writes_cache = false;           // a teacher cache is written for it (cache mode)

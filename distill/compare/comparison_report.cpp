@@ -21,12 +21,9 @@ std::string optional_cell(const std::optional<double>& value, const char* format
 }  // namespace
 
 nlohmann::json comparison_json(const ComparisonReport& r) {
-  nlohmann::json teacher{{"dir", r.teacher_dir.string()},
-                         {"trained", r.teacher_trained},
-                         {"seconds", r.teacher_seconds},
-                         {"loss", r.teacher.loss},
-                         {"perplexity", r.teacher.perplexity},
-                         {"tokens", r.teacher.tokens}};
+  nlohmann::json teacher{{"dir", r.teacher_dir.string()},      {"trained", r.teacher_trained},
+                         {"seconds", r.teacher_seconds},       {"loss", r.teacher.loss},
+                         {"perplexity", r.teacher.perplexity}, {"tokens", r.teacher.tokens}};
   if (r.teacher.bits_per_byte) teacher["bits_per_byte"] = *r.teacher.bits_per_byte;
   nlohmann::json methods = nlohmann::json::array();
   for (const MethodResult& m : r.methods) methods.push_back(method_result_json(m));
@@ -39,10 +36,12 @@ nlohmann::json comparison_json(const ComparisonReport& r) {
 
 std::string comparison_markdown(const ComparisonReport& r) {
   std::string out = fmt::format(
-      "Every student: the same shape, data, seed and {} steps, from the same teacher; scored on {} held-out tokens.\n\n",
+      "Every student: the same shape, data, seed and {} steps, from the same teacher; scored on {} held-out "
+      "tokens.\n\n",
       r.student_steps, r.teacher.tokens);
   out +=
-      "| method | held-out loss (nats/token) | bits/byte | KL(teacher \\|\\| student) | top-1 agreement | cache bytes/token "
+      "| method | held-out loss (nats/token) | bits/byte | KL(teacher \\|\\| student) | top-1 agreement | cache "
+      "bytes/token "
       "| wall time |\n|---|---:|---:|---:|---:|---:|---:|\n";
   out += fmt::format("| teacher (reference) | {:.4f} | {} | - | - | - | {} |\n", r.teacher.loss,
                      optional_cell(r.teacher.bits_per_byte, "{:.4f}"),

@@ -6,7 +6,6 @@
 #include <chrono>
 
 #include "core/config/config.h"
-#include "core/data/content_hash.h"
 #include "core/data/dataset.h"
 #include "core/io/atomic_file.h"
 #include "core/util/error.h"
@@ -53,8 +52,8 @@ ComparisonReport run_distillation_comparison(const ResolvedConfig& config, Devic
   report.run_dir = config.get_string("run.dir");
   report.teacher_dir = teacher_run_dir(base);
   report.student_steps = base.get_int("train.steps");
-  const DistributedRun dist = start_distributed_run(device, static_cast<int>(base.get_int("parallel.tp")),
-                                                    comm_timeout_from(base));
+  const DistributedRun dist =
+      start_distributed_run(device, static_cast<int>(base.get_int("parallel.tp")), comm_timeout_from(base));
   RETORT_INPUT_CHECK(dist.env.world_size == 1,
                      "distill compare runs on one process (got {} ranks): start it without --nproc / a launcher",
                      dist.env.world_size);
@@ -118,7 +117,7 @@ ComparisonReport run_distillation_comparison(const ResolvedConfig& config, Devic
       report.methods.push_back(unavailable);
       continue;
     }
-    const std::string fingerprint = data::content_hash_hex(method_config.config->to_yaml());
+    const std::string fingerprint = method_fingerprint(*method_config.config, report.teacher_dir);
     if (std::optional<MethodResult> finished = read_finished_method(method_dir, fingerprint)) {
       spdlog::info("{}: finished by an earlier run (held-out loss {:.4f})", progress, finished->eval.loss);
       report.methods.push_back(*finished);
@@ -129,9 +128,11 @@ ComparisonReport run_distillation_comparison(const ResolvedConfig& config, Devic
                    method_dir.string());
       fs::remove_all(method_dir);
     }
-    spdlog::info("{}: running ({})", progress,
-                 method.overrides.empty() ? std::string("labels only") : fmt::format("{}", fmt::join(method.overrides, " ")));
-    const MethodResult result = run_compare_method(method, *method_config.config, method_dir, device, evaluation);
+    spdlog::info(
+        "{}: running ({})", progress,
+        method.overrides.empty() ? std::string("labels only") : fmt::format("{}", fmt::join(method.overrides, " ")));
+    const MethodResult result =
+        run_compare_method(method, *method_config.config, fingerprint, method_dir, device, evaluation);
     spdlog::info("{}: held-out loss {:.4f}, KL {:.4f}, top-1 {:.1f}%, cache {:.1f} bytes/token, {}", progress,
                  result.eval.loss, result.eval.kl_to_teacher.value_or(0), 100 * result.eval.top1_agreement.value_or(0),
                  result.cache_bytes_per_token, format_duration(result.wall_seconds()));

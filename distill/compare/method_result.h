@@ -26,7 +26,7 @@ struct MethodResult {
   int64_t cache_file_bytes = 0;      // every file of its cache folder, as written
   double cache_bytes_per_token = 0;  // cache_file_bytes / cache_tokens (0 without a cache)
   double cache_seconds = 0, train_seconds = 0;
-  std::string config_fingerprint;  // content hash of the method's resolved config
+  std::string config_fingerprint;  // method_fingerprint(): its resolved config and its teacher checkpoint
   bool reused = false;             // finished by an earlier run of the comparison (not stored)
 
   double wall_seconds() const { return cache_seconds + train_seconds; }

@@ -10,6 +10,7 @@
 #include "distill/cache/teacher_cache_writer.h"
 #include "distill/distill_training.h"
 #include "distill/pipeline/stage_runs.h"
+#include "distill/train/checkpoint.h"
 #include "distill/train/training_loop.h"
 
 namespace retort::distill {
@@ -27,9 +28,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 MethodConfig method_config_of(const CompareMethod& method, const ResolvedConfig& base, const fs::path& method_dir,
                               const fs::path& teacher_dir) {
   std::vector<std::string> overrides = method.overrides;
-  overrides.insert(overrides.end(), {"run.dir=" + (method_dir / "student").string(),
-                                     "distill.teacher=" + teacher_dir.string(),
-                                     "distill.cache_dir=" + (method_dir / "cache").string()});
+  overrides.insert(overrides.end(),
+                   {"run.dir=" + (method_dir / "student").string(), "distill.teacher=" + teacher_dir.string(),
+                    "distill.cache_dir=" + (method_dir / "cache").string()});
   MethodConfig out;
   try {
     out.config = derived_config(base, overrides);
@@ -47,13 +48,19 @@ int64_t folder_bytes(const fs::path& dir) {
   return bytes;
 }
 
-MethodResult run_compare_method(const CompareMethod& method, const ResolvedConfig& config, const fs::path& method_dir,
-                                Device device, const MethodEvaluation& evaluation) {
+std::string method_fingerprint(const ResolvedConfig& method_config, const fs::path& teacher_dir) {
+  const fs::path teacher_checkpoint = latest_checkpoint(teacher_dir).value_or(teacher_dir);
+  return data::content_hash_hex(method_config.to_yaml() + "\n# teacher checkpoint: " + teacher_checkpoint.string());
+}
+
+MethodResult run_compare_method(const CompareMethod& method, const ResolvedConfig& config,
+                                const std::string& fingerprint, const fs::path& method_dir, Device device,
+                                const MethodEvaluation& evaluation) {
   MethodResult result;
   result.name = method.name;
   result.title = method.title;
   result.overrides = method.overrides;
-  result.config_fingerprint = data::content_hash_hex(config.to_yaml());
+  result.config_fingerprint = fingerprint;
   result.student_dir = config.get_string("run.dir");
   fs::create_directories(method_dir);
 
@@ -77,8 +84,8 @@ MethodResult run_compare_method(const CompareMethod& method, const ResolvedConfi
   result.train_seconds = seconds_since(clock);
 
   const TrainedModel student = load_trained_model(result.student_dir, evaluation.device);
-  result.eval = evaluate_model(student, evaluation.val_shards, evaluation.options, evaluation.teacher,
-                               &evaluation.token_bytes);
+  result.eval =
+      evaluate_model(student, evaluation.val_shards, evaluation.options, evaluation.teacher, &evaluation.token_bytes);
   write_text_atomic(method_dir / kMethodResultFile, method_result_json(result).dump(2));
   return result;
 }

@@ -33,10 +33,14 @@ struct MethodEvaluation {
   Device device = Device::cpu();
 };
 
+// What a finished method's record must match to be kept: its resolved config (every key, the teacher.* ones
+// included) and the teacher checkpoint it learnt from (a named teacher may have trained on since).
+std::string method_fingerprint(const ResolvedConfig& method_config, const std::filesystem::path& teacher_dir);
+
 // Runs the method from scratch in `method_dir` (which must hold nothing of an earlier attempt) and writes its
 // method.json. The wall time counts the cache and the student's training, not the evaluation (the same for all).
 MethodResult run_compare_method(const CompareMethod& method, const ResolvedConfig& method_config,
-                                const std::filesystem::path& method_dir, Device device,
+                                const std::string& fingerprint, const std::filesystem::path& method_dir, Device device,
                                 const MethodEvaluation& evaluation);
 
 // The bytes of every file under `dir` (0 when it does not exist).

@@ -175,8 +175,8 @@ TEST(DistillCompare, TheTableHoldsTheFiguresEvalFindsForTheSameStudents) {
   }
   // The plot draws one held-out curve per available method.
   const std::string svg = ::retort::testing::read_bytes(run / "compare_curves.svg");
-  for (const char* title : {"label-only", "top-k renormalised", "top-k + rest bucket", "sampled KD",
-                            "online full-distribution KD"})
+  for (const char* title :
+       {"label-only", "top-k renormalised", "top-k + rest bucket", "sampled KD", "online full-distribution KD"})
     EXPECT_NE(svg.find(title), std::string::npos) << title;
 }
 
@@ -219,7 +219,8 @@ TEST(DistillCompare, AResumeKeepsFinishedMethodsAndRunsADamagedOrUnfinishedOneAg
       input_error_of([&] { run_distillation_comparison(resolve_compare(overrides), Device::cpu(), RunStart::kNew); });
   EXPECT_NE(refused.find(run.string()), std::string::npos) << refused;
   EXPECT_NE(refused.find("--resume"), std::string::npos) << refused;
-  const ComparisonReport kept = run_distillation_comparison(resolve_compare(overrides), Device::cpu(), RunStart::kResume);
+  const ComparisonReport kept =
+      run_distillation_comparison(resolve_compare(overrides), Device::cpu(), RunStart::kResume);
   for (const MethodResult& m : kept.methods)
     if (m.available) EXPECT_TRUE(m.reused) << m.name << ": finished, so not run again";
 

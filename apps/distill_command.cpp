@@ -7,6 +7,7 @@
 
 #include "apps/config_command.h"
 #include "apps/distill_align_command.h"
+#include "apps/distill_compare_command.h"
 #include "distill/cache/teacher_cache_writer.h"
 #include "distill/distill_config.h"
 #include "distill/distill_training.h"
@@ -80,6 +81,7 @@ void add_distill_command(CLI::App& app, int* exit_code) {
                    /*distributed=*/true,
                    /*resumable=*/true},
                   exit_code);
+  add_distill_compare_verb(*distill, exit_code);
   add_distill_align_verb(*distill);
 }
 

@@ -14,7 +14,9 @@
 #include "distill/cache/teacher_cache_writer.h"
 #include "distill/distill_config.h"
 #include "distill/distill_training.h"
+#include "distill/pipeline/stage_runs.h"
 #include "distill/pipeline/teacher_reuse.h"
+#include "distill/pipeline/teacher_stage.h"
 #include "distill/pipeline/xtoken_stage.h"
 #include "distill/report/loss_plot.h"
 #include "distill/train/checkpoint.h"
@@ -32,38 +34,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// The config with some keys replaced (the teacher's shape, a student's run directory).
-ResolvedConfig derived(const ResolvedConfig& config, const std::vector<std::string>& overrides) {
-  Config copy = Config::from_string(config.to_yaml(), "<distill run>");
-  copy.apply_overrides(overrides);
-  return copy.resolve(distill_schema());
-}
-
-// The step a run's latest checkpoint reached (0 without one).
-int64_t finished_steps(const fs::path& run_dir) {
-  const auto latest = latest_checkpoint(run_dir);
-  if (!latest) return 0;
-  return nlohmann::json::parse(read_file(*latest / "trainer.json")).value("step", int64_t{0});
-}
-
-// How a stage's training run starts in its folder: continued from its checkpoint, anew over an attempt that
-// stopped before its first checkpoint, or anew in an empty folder.
-RunStart stage_start(const fs::path& run_dir) {
-  if (finished_steps(run_dir) > 0) return RunStart::kResume;
-  return results_in(run_dir, training_run_outputs()).empty() ? RunStart::kNew : RunStart::kOverwrite;
-}
-
-// (step, key) of every metrics.jsonl line that has the key.
-std::vector<std::pair<double, double>> metric_curve(const fs::path& run_dir, const std::string& key) {
-  std::vector<std::pair<double, double>> curve;
-  std::ifstream in(run_dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json record = nlohmann::json::parse(line);
-    if (record.contains(key)) curve.emplace_back(record.at("step").get<double>(), record.at(key).get<double>());
-  }
-  return curve;
 }
 
 nlohmann::json eval_json(const EvalReport& e) {
@@ -99,23 +69,6 @@ StudentOutcome train_student(const std::string& name, const ResolvedConfig& conf
   outcome.train_ce = metric_curve(outcome.run_dir, distill ? "ce" : "loss");
   outcome.eval_loss = metric_curve(outcome.run_dir, "eval_loss");
   return outcome;
-}
-
-// The teacher's run config: the student's data and optimizer settings with the teacher's shape and budget.
-// With cross-tokenizer distillation, `data_overrides` make it train on its own tokens of the students' text.
-ResolvedConfig teacher_config_of(const ResolvedConfig& config, const fs::path& teacher_dir,
-                                 const std::vector<std::string>& data_overrides = {}) {
-  std::vector<std::string> overrides{
-      "run.dir=" + teacher_dir.string(),
-      fmt::format("model.n_layer={}", config.get_int("teacher.n_layer")),
-      fmt::format("model.n_head={}", config.get_int("teacher.n_head")),
-      fmt::format("model.n_embd={}", config.get_int("teacher.n_embd")),
-      fmt::format("train.steps={}", config.get_int("teacher.steps")),
-      fmt::format("train.checkpoint_every={}", config.get_int("teacher.checkpoint_every")),
-      fmt::format("optim.lr={}", config.get_double("teacher.lr")),
-      fmt::format("optim.min_lr={}", config.get_double("teacher.min_lr"))};
-  overrides.insert(overrides.end(), data_overrides.begin(), data_overrides.end());
-  return derived(config, overrides);
 }
 
 bool owns_cache(const ResolvedConfig& config) {
@@ -184,7 +137,7 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   if (xtoken) stage_paths.push_back("distill.xtoken.dir=" + xtoken_dir(config).string());
   std::vector<std::string> cache_overrides = stage_paths;
   cache_overrides.push_back("run.dir=" + report.run_dir.string());
-  const ResolvedConfig pipeline_config = derived(config, cache_overrides);
+  const ResolvedConfig pipeline_config = derived_config(config, cache_overrides);
 
   check_before_work(config, start, dist);
   prepare_run_folder_on_ranks(report.run_dir, start, pipeline_run_outputs(config), training_run_outputs(), dist);
@@ -207,20 +160,9 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   } else {
     const ResolvedConfig teacher_config = teacher_config_of(config, report.teacher_dir, teacher_data);
     if (xtoken && start == RunStart::kResume) check_teacher_matches(report.teacher_dir, teacher_config, true);
-    const int64_t teacher_steps = config.get_int("teacher.steps");
-    const int64_t done = finished_steps(report.teacher_dir);
-    if (done < teacher_steps) {
-      spdlog::info("distill run: training the teacher in {}{}", report.teacher_dir.string(),
-                   done > 0 ? fmt::format(" (resuming at step {})", done) : std::string());
-      // Every rank reads the folder before any writes: the stage's own rendezvous comes first.
-      const RunStart teacher_start = stage_start(report.teacher_dir);
-      const auto clock = std::chrono::steady_clock::now();
-      run_label_training(teacher_config, device, teacher_start);
-      report.teacher_seconds = seconds_since(clock);
-      report.teacher_trained = true;
-    } else {
-      spdlog::info("distill run: using the trained teacher in {} ({} steps)", report.teacher_dir.string(), done);
-    }
+    const TeacherStageOutcome teacher_stage = train_or_reuse_teacher(teacher_config, device, "distill run");
+    report.teacher_seconds = teacher_stage.seconds;
+    report.teacher_trained = teacher_stage.trained;
   }
   // What the cache was made from: the teacher's latest checkpoint, or a Hugging Face folder as it is.
   const fs::path teacher_checkpoint = latest_checkpoint(report.teacher_dir).value_or(report.teacher_dir);
@@ -259,7 +201,7 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   auto student_config = [&](const std::string& folder) {
     std::vector<std::string> overrides = stage_paths;
     overrides.push_back("run.dir=" + (report.run_dir / folder).string());
-    return derived(config, overrides);
+    return derived_config(config, overrides);
   };
   report.cache_kind = config.get_string("distill.cache_kind");
   const bool sampled = !online && cache_kind_from(config) == CacheKind::Sampled;

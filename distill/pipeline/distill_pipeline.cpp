@@ -118,6 +118,12 @@ ResolvedConfig teacher_config_of(const ResolvedConfig& config, const fs::path& t
   return derived(config, overrides);
 }
 
+// Whether the students learn from a top-k cache at all: not with an online teacher, nor when every step is
+// on-policy (distill.on_policy_ratio = 1: the teacher scores the student's own tokens in the step).
+bool reads_cache(const ResolvedConfig& config) {
+  return distill_mode_from(config) == DistillMode::kCache && config.get_double("distill.on_policy_ratio") < 1;
+}
+
 bool owns_cache(const ResolvedConfig& config) {
   return cache_dir(config).lexically_normal() == default_cache_dir(config).lexically_normal();
 }
@@ -131,7 +137,7 @@ void check_before_work(const ResolvedConfig& config, RunStart start, const Distr
                        "--resume: '{}' holds no distill run yet, so there is nothing to continue: run without "
                        "--resume to start it",
                        run_dir.string());
-  if (distill_mode_from(config) == DistillMode::kCache || cross_tokenizer(config))
+  if (reads_cache(config) || cross_tokenizer(config))
     RETORT_INPUT_CHECK(dist.grid.dp_size == 1,
                        "distill run writes its top-k cache on one tensor-parallel group, so in cache mode it runs "
                        "exactly parallel.tp ranks (got {} ranks for parallel.tp = {}): set parallel.tp={} or "
@@ -160,7 +166,7 @@ bool owns_xtoken_dir(const ResolvedConfig& config) {
 std::vector<std::string> pipeline_run_outputs(const ResolvedConfig& config) {
   std::vector<std::string> names{"config.yaml", "results.json", "loss_curves.svg", "student_kd", "student_labels"};
   if (!has_external_teacher(config)) names.push_back("teacher");
-  if (owns_cache(config)) names.push_back(default_cache_dir(config).filename().string());
+  if (owns_cache(config) && reads_cache(config)) names.push_back(default_cache_dir(config).filename().string());
   if (cross_tokenizer(config) && owns_xtoken_dir(config)) names.push_back("xtoken");
   return names;
 }
@@ -226,7 +232,8 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   const fs::path teacher_checkpoint = latest_checkpoint(report.teacher_dir).value_or(report.teacher_dir);
 
   // 2. The top-k cache over the training split (resumed where it stopped; none in online mode).
-  const bool online = distill_mode_from(config) == DistillMode::kOnline;
+  const bool online = !reads_cache(config);  // the teacher runs in the student's steps: no cache
+  const bool on_policy = config.get_double("distill.on_policy_ratio") > 0;
   if (!online) {
     if (main && fs::exists(cache / kCacheInfoFile)) {
       const std::string cached_from = read_cache_info(cache).value("checkpoint", std::string());
@@ -263,9 +270,12 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   };
   report.cache_kind = config.get_string("distill.cache_kind");
   const bool sampled = !online && cache_kind_from(config) == CacheKind::Sampled;
-  const std::string kd_name = std::string(xtoken ? "cross-tokenizer KD" : "KD") + (online    ? " (online teacher)"
-                                                                                   : sampled ? " (sampled cache)"
-                                                                                             : " (top-k cache)");
+  const std::string kd_name =
+      std::string(xtoken ? "cross-tokenizer KD" : "KD") +
+      (on_policy  ? fmt::format(" (on-policy {:.0f}% of the steps)", 100 * config.get_double("distill.on_policy_ratio"))
+       : online   ? " (online teacher)"
+       : sampled  ? " (sampled cache)"
+                  : " (top-k cache)");
   report.kd = train_student(kd_name, student_config("student_kd"), device, true);
   report.labels = train_student("labels only", student_config("student_labels"), device, false);
 
@@ -309,6 +319,7 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
       {"teacher_trained", report.teacher_trained},
       {"teacher_seconds", report.teacher_seconds},
       {"mode", config.get_string("distill.mode")},
+      {"on_policy_ratio", config.get_double("distill.on_policy_ratio")},
       {"cache_kind", online ? std::string("none") : report.cache_kind},
       {"cache_seconds", report.cache_seconds},
       {"cache_tokens", report.cache_tokens},

@@ -122,6 +122,31 @@ TEST(OnPolicyTraining, RatioOneHalfAlternatesOffAndOnPolicySteps) {
   EXPECT_EQ(objective.at("on_policy").at("divergence"), "reverse_kl");
 }
 
+// Each step's kind and draws follow from the step alone: a run stopped by a NaN and resumed from its checkpoint
+// logs the same losses, bit for bit, as the run that was never stopped.
+TEST(OnPolicyTraining, AStoppedInterleavedRunResumesBitIdentically) {
+  const fs::path out = fresh_dir("on_policy_resume");
+  auto keys = [&](const std::string& name) {
+    auto overrides = on_policy_student(out / name, "0.5");
+    overrides.push_back("train.checkpoint_every=4");
+    return overrides;
+  };
+  run_distill_training(resolve_distill(keys("straight")), Device::cpu(), false);
+  auto broken = keys("interrupted");
+  broken.push_back("train.inject_nan_at_step=6");
+  EXPECT_THROW(run_distill_training(resolve_distill(broken), Device::cpu(), false), Error);
+  const TrainResult resumed = run_distill_training(resolve_distill(keys("interrupted")), Device::cpu(), true);
+  EXPECT_EQ(resumed.train_losses.size(), 4u) << "resumed from the step-4 checkpoint";
+  const auto a = read_metrics(out / "straight"), b = read_metrics(out / "interrupted");
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].at("batch_kind"), b[i].at("batch_kind")) << "step " << i + 1;
+    for (const char* key : {"loss", "kd", "grad_norm"})
+      EXPECT_EQ(a[i].at(key).get<double>(), b[i].at(key).get<double>()) << "step " << i + 1 << " " << key;
+  }
+}
+
 // The student's reverse KL to the teacher on its own continuations of held-out prompts, measured the way the
 // validations do (held_out_divergence.h, fixed seed), for the student of `config` as initialised and as trained.
 struct HeldOut {

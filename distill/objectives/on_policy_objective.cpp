@@ -58,6 +58,11 @@ void OnPolicyDistillationObjective::prepare(const RunContext& run) {
       100 * options_.ratio, teacher->checkpoint.string(), teacher->step, options_.new_tokens, options_.prompt_tokens,
       options_.sample_temperature, options_.top_p, divergence_name(options_.divergence));
 
+  if (options_.ratio >= 1 && config.get_double("distill.kd_ratio") < 1)
+    spdlog::warn(
+        "distill: distill.kd_ratio = {} mixes the data's labels into off-policy steps only; with "
+        "distill.on_policy_ratio = 1 every step is on-policy and trains on the divergence alone",
+        config.get_double("distill.kd_ratio"));
   if (!run.dataset->val_shards.empty()) {
     const int64_t batches = std::min(config.get_int("train.eval_batches"), kMaxValidationRollouts);
     data::TokenLoader loader(run.dataset->val_shards, run.dataset->vocab_size,

@@ -232,9 +232,9 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   const fs::path teacher_checkpoint = latest_checkpoint(report.teacher_dir).value_or(report.teacher_dir);
 
   // 2. The top-k cache over the training split (resumed where it stopped; none in online mode).
-  const bool online = !reads_cache(config);  // the teacher runs in the student's steps: no cache
+  const bool no_cache = !reads_cache(config);  // the teacher runs in the student's steps
   const bool on_policy = config.get_double("distill.on_policy_ratio") > 0;
-  if (!online) {
+  if (!no_cache) {
     if (main && fs::exists(cache / kCacheInfoFile)) {
       const std::string cached_from = read_cache_info(cache).value("checkpoint", std::string());
       if (cached_from != teacher_checkpoint.string()) {
@@ -269,11 +269,11 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
     return derived(config, overrides);
   };
   report.cache_kind = config.get_string("distill.cache_kind");
-  const bool sampled = !online && cache_kind_from(config) == CacheKind::Sampled;
+  const bool sampled = !no_cache && cache_kind_from(config) == CacheKind::Sampled;
   const std::string kd_name =
       std::string(xtoken ? "cross-tokenizer KD" : "KD") +
       (on_policy  ? fmt::format(" (on-policy {:.0f}% of the steps)", 100 * config.get_double("distill.on_policy_ratio"))
-       : online   ? " (online teacher)"
+       : no_cache ? " (online teacher)"
        : sampled  ? " (sampled cache)"
                   : " (top-k cache)");
   report.kd = train_student(kd_name, student_config("student_kd"), device, true);
@@ -320,7 +320,7 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
       {"teacher_seconds", report.teacher_seconds},
       {"mode", config.get_string("distill.mode")},
       {"on_policy_ratio", config.get_double("distill.on_policy_ratio")},
-      {"cache_kind", online ? std::string("none") : report.cache_kind},
+      {"cache_kind", no_cache ? std::string("none") : report.cache_kind},
       {"cache_seconds", report.cache_seconds},
       {"cache_tokens", report.cache_tokens},
       {"cache_bytes_per_token", report.cache_bytes_per_token},
@@ -385,7 +385,7 @@ std::string format_report_table(const DistillRunReport& r) {
       format_duration(r.teacher_seconds),
       r.cache_tokens > 0 ? fmt::format("{} ({} tokens, {:.0f} bytes/token)", format_duration(r.cache_seconds),
                                        r.cache_tokens, r.cache_bytes_per_token)
-                         : std::string("none (online teacher)"),
+                         : std::string("none (the teacher runs in the student's steps)"),
       format_duration(r.kd.train_seconds), format_duration(r.labels.train_seconds), format_duration(r.total_seconds),
       r.run_dir.string());
   return out;

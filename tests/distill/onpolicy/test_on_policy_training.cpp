@@ -10,6 +10,7 @@
 #include "distill/distill_training.h"
 #include "distill/onpolicy/held_out_divergence.h"
 #include "distill/onpolicy/on_policy_options.h"
+#include "distill/pipeline/distill_pipeline.h"
 #include "distill/train/config_builders.h"
 #include "distill/train/trained_model.h"
 #include "tests/distill/distill_run_support.h"
@@ -198,6 +199,27 @@ TEST(OnPolicyTraining, CudaOnPolicyRunLowersTheReverseKl) {
   run_distill_training(config, Device::cuda(0), false);
   const HeldOut h = held_out_reverse_kl(config, out / "one", Device::cuda(0));
   EXPECT_LT(h.after, 0.7 * h.before) << "held-out reverse KL " << h.before << " -> " << h.after;
+}
+
+// `retort distill run` with distill.on_policy_ratio=1: the teacher, then an on-policy KD student and the label-only
+// one, and no cache (nothing reads it), in a run folder whose results.json records the ratio.
+TEST(OnPolicyTraining, APipelineRunOnPolicyOnlyWritesNoCache) {
+  const fs::path run = fresh_dir("on_policy_pipeline");
+  auto overrides = testing::pipeline_run_overrides(run);
+  overrides.insert(overrides.end(), {"distill.on_policy_ratio=1", "distill.on_policy_prompt_tokens=8",
+                                     "distill.on_policy_new_tokens=8"});
+  const DistillRunReport report = run_distillation_pipeline(resolve_distill(overrides), Device::cpu(), RunStart::kNew);
+  EXPECT_TRUE(report.teacher_trained);
+  EXPECT_EQ(report.cache_tokens, 0);
+  EXPECT_FALSE(fs::exists(run / "teacher_topk")) << "an on-policy-only run writes no cache";
+  const auto kd = read_metrics(run / "student_kd");
+  ASSERT_EQ(kd.size(), 12u);
+  for (const auto& r : kd) EXPECT_EQ(r.at("batch_kind"), "on_policy") << r.dump();
+  EXPECT_FALSE(read_metrics(run / "student_labels").back().contains("batch_kind"));
+  const nlohmann::json results = nlohmann::json::parse(retort::testing::read_bytes(run / "results.json"));
+  EXPECT_EQ(results.at("on_policy_ratio").get<double>(), 1.0);
+  EXPECT_EQ(results.at("cache_kind"), "none");
+  EXPECT_GT(results.at("student_kd").at("kl_to_teacher").get<double>(), 0);
 }
 
 TEST(OnPolicyTraining, ATeacherOfAnotherTokenizerIsRefused) {

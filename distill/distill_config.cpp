@@ -16,7 +16,8 @@ std::string check_on_policy_keys(const ResolvedConfig& c) {
     return "distill.on_policy_ratio > 0 needs a teacher of the student's tokenizer (the teacher scores the "
            "student's own tokens), but distill.xtoken.enabled is true: set distill.on_policy_ratio=0 or "
            "distill.xtoken.enabled=false";
-  const int64_t prompt = c.get_int("distill.on_policy_prompt_tokens"), fresh = c.get_int("distill.on_policy_new_tokens");
+  const int64_t prompt = c.get_int("distill.on_policy_prompt_tokens");
+  const int64_t fresh = c.get_int("distill.on_policy_new_tokens");
   const int64_t seq_len = c.get_int("train.seq_len"), block = c.get_int("model.block_size");
   if (prompt > seq_len)
     return fmt::format(

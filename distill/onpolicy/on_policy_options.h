@@ -22,10 +22,10 @@ struct OnPolicyOptions {
   int64_t prompt_tokens = 32;     // the prompt: the first tokens of each batch row's window
   int64_t new_tokens = 32;        // the continuation's length
   OnPolicyDivergence divergence = OnPolicyDivergence::Reverse;
-  double mix = 0.5;               // Mixed: the weight of the forward KL
-  double kd_temperature = 1;      // the divergence's softmax temperature (distill.temperature), loss x T^2
-  int ignore_index = -100;        // marks the positions that are not the student's own tokens
-  uint64_t seed = 0;              // of the continuations' draws (run.seed)
+  double mix = 0.5;           // Mixed: the weight of the forward KL
+  double kd_temperature = 1;  // the divergence's softmax temperature (distill.temperature), loss x T^2
+  int ignore_index = -100;    // marks the positions that are not the student's own tokens
+  uint64_t seed = 0;          // of the continuations' draws (run.seed)
 };
 
 OnPolicyOptions on_policy_options_from(const ResolvedConfig& config);

@@ -26,9 +26,9 @@ StudentRollout roll_out_student(const GptModel& student, const data::TokenBatch&
   generation.compute_dtype = options.compute_dtype;
   // The window's place in the data names the row's draws: the same window gets the same noise on every rank.
   for (int64_t b = 0; b < data.batch; ++b)
-    generation.sequence_ids.push_back(
-        b < static_cast<int64_t>(data.window_starts.size()) ? static_cast<uint64_t>(data.window_starts[b])
-                                                             : static_cast<uint64_t>(b));
+    generation.sequence_ids.push_back(b < static_cast<int64_t>(data.window_starts.size())
+                                          ? static_cast<uint64_t>(data.window_starts[b])
+                                          : static_cast<uint64_t>(b));
   const std::vector<generate::GeneratedSequence> out = generate::generate_tokens(student, prompts, generation);
 
   StudentRollout rollout;

@@ -269,6 +269,7 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
     return derived(config, overrides);
   };
   report.cache_kind = config.get_string("distill.cache_kind");
+  report.on_policy_ratio = config.get_double("distill.on_policy_ratio");
   const bool sampled = !no_cache && cache_kind_from(config) == CacheKind::Sampled;
   const std::string kd_name =
       std::string(xtoken ? "cross-tokenizer KD" : "KD") +
@@ -372,7 +373,11 @@ std::string format_report_table(const DistillRunReport& r) {
   out += fmt::format("  {:<22} {:>10} {:>11} {:>10} {:>12} {:>10}\n", "model", "loss", "perplexity", "bits/byte",
                      "KL(teacher)", "top-1 agr.");
   out += row("teacher", r.teacher);
-  out += row(r.cache_tokens > 0 && r.cache_kind == "sampled" ? "student, sampled KD" : "student, KD", r.kd.eval);
+  out += row(r.on_policy_ratio >= 1                            ? "student, on-policy KD"
+             : r.on_policy_ratio > 0                           ? "student, KD + on-policy"
+             : r.cache_tokens > 0 && r.cache_kind == "sampled" ? "student, sampled KD"
+                                                               : "student, KD",
+             r.kd.eval);
   out += row("student, labels only", r.labels.eval);
   const double gain = r.cross_tokenizer ? r.labels.eval.bits_per_byte.value_or(0) - r.kd.eval.bits_per_byte.value_or(0)
                                         : r.labels.eval.loss - r.kd.eval.loss;

@@ -51,8 +51,8 @@ TEST(OnPolicyConfig, BadKeysAreErrorsNamingThem) {
   expect_in(error_of({"distill.on_policy_divergence=jsd"}), "distill.on_policy_divergence");
   expect_in(error_of({"distill.on_policy_mix=2"}), "distill.on_policy_mix");
   expect_in(error_of({"distill.on_policy_temperature=-1"}), "distill.on_policy_temperature");
-  expect_in(error_of({"distill.on_policy_ratio=1", "distill.on_policy_prompt_tokens=8", "distill.on_policy_new_tokens=8",
-                     "distill.on_policy_top_p=0"}),
+  expect_in(error_of({"distill.on_policy_ratio=1", "distill.on_policy_prompt_tokens=8",
+                      "distill.on_policy_new_tokens=8", "distill.on_policy_top_p=0"}),
             "distill.on_policy_top_p");
   // The windows are 16 tokens and the context 16 (small_run_overrides).
   const std::string long_prompt =
@@ -67,12 +67,11 @@ TEST(OnPolicyConfig, BadKeysAreErrorsNamingThem) {
   expect_in(xtoken, "distill.on_policy_ratio");
   expect_in(xtoken, "distill.xtoken.enabled");
   // Off (ratio 0) the lengths are not checked: today's configs resolve as they did.
-  EXPECT_NO_THROW(resolve_distill(
-      [] {
-        auto o = testing::small_run_overrides("/tmp/unused");
-        o.push_back("distill.on_policy_new_tokens=100");
-        return o;
-      }()));
+  EXPECT_NO_THROW(resolve_distill([] {
+    auto o = testing::small_run_overrides("/tmp/unused");
+    o.push_back("distill.on_policy_new_tokens=100");
+    return o;
+  }()));
 }
 
 std::vector<std::string> on_policy_student(const fs::path& run_dir, const std::string& ratio) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "distill/onpolicy/on_policy_options.h"
 #include "distill/train/config_builders.h"
 
 namespace retort::distill {
@@ -16,14 +17,19 @@ std::string check_on_policy_keys(const ResolvedConfig& c) {
     return "distill.on_policy_ratio > 0 needs a teacher of the student's tokenizer (the teacher scores the "
            "student's own tokens), but distill.xtoken.enabled is true: set distill.on_policy_ratio=0 or "
            "distill.xtoken.enabled=false";
-  const int64_t prompt = c.get_int("distill.on_policy_prompt_tokens");
-  const int64_t fresh = c.get_int("distill.on_policy_new_tokens");
+  const OnPolicyLengths lengths = on_policy_lengths_from(c);
+  const int64_t prompt = lengths.prompt_tokens, fresh = lengths.new_tokens;
   const int64_t seq_len = c.get_int("train.seq_len"), block = c.get_int("model.block_size");
   if (prompt > seq_len)
     return fmt::format(
         "distill.on_policy_prompt_tokens = {} is longer than the data's windows (train.seq_len = {}): the prompts "
         "are cut from the batch's rows, so set distill.on_policy_prompt_tokens to at most {}",
         prompt, seq_len, seq_len);
+  if (fresh < 1)
+    return fmt::format(
+        "distill.on_policy_prompt_tokens = {} fills the student's context (model.block_size = {}), leaving no room "
+        "for a continuation: set it below {}",
+        prompt, block, block);
   if (prompt + fresh > block)
     return fmt::format(
         "distill.on_policy_prompt_tokens + distill.on_policy_new_tokens = {} + {} exceeds the student's context "
@@ -90,11 +96,13 @@ ConfigSchema distill_schema(const std::string& default_run_dir) {
               "on-policy: nucleus sampling of the continuations, the smallest set of tokens holding this much "
               "probability (1: off)")
       .range(0, 1);
-  s.add_int("distill.on_policy_new_tokens", 32, "on-policy: tokens the student generates after each prompt")
-      .range(1, 1 << 20);
-  s.add_int("distill.on_policy_prompt_tokens", 32,
-            "on-policy: tokens of each batch row's window used as its prompt (at most train.seq_len)")
-      .range(1, 1 << 20);
+  s.add_int("distill.on_policy_new_tokens", 0,
+            "on-policy: tokens the student generates after each prompt; 0: min(32, model.block_size - the prompt)")
+      .range(0, 1 << 20);
+  s.add_int("distill.on_policy_prompt_tokens", 0,
+            "on-policy: tokens of each batch row's window used as its prompt (at most train.seq_len); 0: min(32, "
+            "half of train.seq_len or model.block_size, the shorter)")
+      .range(0, 1 << 20);
   s.add_string("distill.on_policy_divergence", "reverse",
                "on-policy: what the student minimises at its generated positions, over the full vocabulary at "
                "distill.temperature: reverse (KL(student || teacher), mode-seeking), forward (KL(teacher || "

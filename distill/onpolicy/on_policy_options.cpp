@@ -1,5 +1,6 @@
 #include "distill/onpolicy/on_policy_options.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace retort::distill {
@@ -9,8 +10,9 @@ OnPolicyOptions on_policy_options_from(const ResolvedConfig& c) {
   o.ratio = c.get_double("distill.on_policy_ratio");
   o.sample_temperature = c.get_double("distill.on_policy_temperature");
   o.top_p = c.get_double("distill.on_policy_top_p");
-  o.prompt_tokens = c.get_int("distill.on_policy_prompt_tokens");
-  o.new_tokens = c.get_int("distill.on_policy_new_tokens");
+  const OnPolicyLengths lengths = on_policy_lengths_from(c);
+  o.prompt_tokens = lengths.prompt_tokens;
+  o.new_tokens = lengths.new_tokens;
   const std::string divergence = c.get_string("distill.on_policy_divergence");
   o.divergence = divergence == "forward" ? OnPolicyDivergence::Forward
                  : divergence == "mixed" ? OnPolicyDivergence::Mixed
@@ -20,6 +22,19 @@ OnPolicyOptions on_policy_options_from(const ResolvedConfig& c) {
   o.ignore_index = static_cast<int>(c.get_int("loss.ignore_index"));
   o.seed = static_cast<uint64_t>(c.get_int("run.seed"));
   return o;
+}
+
+OnPolicyLengths on_policy_lengths_from(const ResolvedConfig& c) {
+  // 32 + 32 suits the toy windows (128); shorter windows get half of theirs, so the key may be left alone anywhere.
+  constexpr int64_t kDefaultLength = 32;
+  const int64_t block = c.get_int("model.block_size");
+  const int64_t window = std::min(c.get_int("train.seq_len"), block);
+  OnPolicyLengths l;
+  l.prompt_tokens = c.get_int("distill.on_policy_prompt_tokens");
+  if (l.prompt_tokens == 0) l.prompt_tokens = std::min(kDefaultLength, std::max<int64_t>(1, window / 2));
+  l.new_tokens = c.get_int("distill.on_policy_new_tokens");
+  if (l.new_tokens == 0) l.new_tokens = std::min(kDefaultLength, block - l.prompt_tokens);
+  return l;
 }
 
 std::string divergence_name(OnPolicyDivergence divergence) {

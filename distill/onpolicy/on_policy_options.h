@@ -30,6 +30,15 @@ struct OnPolicyOptions {
 
 OnPolicyOptions on_policy_options_from(const ResolvedConfig& config);
 
+// distill.on_policy_prompt_tokens and distill.on_policy_new_tokens, a 0 replaced by its default for the run's
+// windows: the prompt min(32, half of the shorter of train.seq_len and model.block_size), the continuation
+// min(32, model.block_size - prompt). A value given is kept as it is (the config's check says when it does not fit).
+struct OnPolicyLengths {
+  int64_t prompt_tokens = 0;
+  int64_t new_tokens = 0;
+};
+OnPolicyLengths on_policy_lengths_from(const ResolvedConfig& config);
+
 // "reverse_kl", "forward_kl", "mixed": the name in objective.json and metrics.jsonl.
 std::string divergence_name(OnPolicyDivergence divergence);
 

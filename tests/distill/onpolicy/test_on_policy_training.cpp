@@ -66,6 +66,22 @@ TEST(OnPolicyConfig, BadKeysAreErrorsNamingThem) {
   const std::string xtoken = error_of({"distill.on_policy_ratio=1", "distill.xtoken.enabled=true"});
   expect_in(xtoken, "distill.on_policy_ratio");
   expect_in(xtoken, "distill.xtoken.enabled");
+  const std::string full = error_of({"distill.on_policy_ratio=1", "distill.on_policy_prompt_tokens=16"});
+  expect_in(full, "distill.on_policy_prompt_tokens = 16 fills the student's context");
+  // Left at 0, the lengths follow the windows: half of the 16-token window for each, at most 32.
+  {
+    auto overrides = testing::small_run_overrides("/tmp/unused");
+    overrides.push_back("distill.on_policy_ratio=1");
+    const OnPolicyOptions o = on_policy_options_from(resolve_distill(overrides));
+    EXPECT_EQ(o.prompt_tokens, 8);
+    EXPECT_EQ(o.new_tokens, 8);
+    overrides.insert(overrides.end(), {"model.block_size=256", "train.seq_len=256"});
+    const OnPolicyOptions wide = on_policy_options_from(resolve_distill(overrides));
+    EXPECT_EQ(wide.prompt_tokens, 32);
+    EXPECT_EQ(wide.new_tokens, 32);
+    overrides.push_back("distill.on_policy_prompt_tokens=250");
+    EXPECT_EQ(on_policy_options_from(resolve_distill(overrides)).new_tokens, 6);
+  }
   // Off (ratio 0) the lengths are not checked: today's configs resolve as they did.
   EXPECT_NO_THROW(resolve_distill([] {
     auto o = testing::small_run_overrides("/tmp/unused");

@@ -22,7 +22,7 @@ small=(data.corpus="$corpus" data.dir="$out/data" data.vocab_size=2048 teacher.s
 echo "== retort distill run, on-policy only, one GPU (teacher 150 steps, students 100)"
 start=$SECONDS
 timeout 85 "$build/apps/retort" distill run --config configs/distill-toy.yaml "${small[@]}" run.dir="$out/tp1" 2>&1 |
-  grep -E "validation|KL|better|worse|error|Error|on-policy" | tail -14
+  grep -E "validation|KL|better|worse|error|Error|on-policy|^  (teacher|student)" | tail -16
 echo "   ($((SECONDS - start)) s)"
 grep -h '"batch_kind"' "$out/tp1/student_kd/metrics.jsonl" | tail -1
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then

@@ -1,8 +1,47 @@
 #include "distill/distill_config.h"
 
+#include <fmt/format.h>
+
+#include "distill/onpolicy/on_policy_options.h"
 #include "distill/train/config_builders.h"
 
 namespace retort::distill {
+
+namespace {
+
+// The on-policy keys that only make sense together (checked when distill.on_policy_ratio > 0).
+std::string check_on_policy_keys(const ResolvedConfig& c) {
+  const double ratio = c.get_double("distill.on_policy_ratio");
+  if (ratio <= 0) return {};
+  if (cross_tokenizer(c))
+    return "distill.on_policy_ratio > 0 needs a teacher of the student's tokenizer (the teacher scores the "
+           "student's own tokens), but distill.xtoken.enabled is true: set distill.on_policy_ratio=0 or "
+           "distill.xtoken.enabled=false";
+  const OnPolicyLengths lengths = on_policy_lengths_from(c);
+  const int64_t prompt = lengths.prompt_tokens, fresh = lengths.new_tokens;
+  const int64_t seq_len = c.get_int("train.seq_len"), block = c.get_int("model.block_size");
+  if (prompt > seq_len)
+    return fmt::format(
+        "distill.on_policy_prompt_tokens = {} is longer than the data's windows (train.seq_len = {}): the prompts "
+        "are cut from the batch's rows, so set distill.on_policy_prompt_tokens to at most {}",
+        prompt, seq_len, seq_len);
+  if (fresh < 1)
+    return fmt::format(
+        "distill.on_policy_prompt_tokens = {} fills the student's context (model.block_size = {}), leaving no room "
+        "for a continuation: set it below {}",
+        prompt, block, block);
+  if (prompt + fresh > block)
+    return fmt::format(
+        "distill.on_policy_prompt_tokens + distill.on_policy_new_tokens = {} + {} exceeds the student's context "
+        "(model.block_size = {}): shorten them to at most {} tokens together",
+        prompt, fresh, block, block);
+  if (c.get_double("distill.on_policy_top_p") <= 0)
+    return "distill.on_policy_top_p must be above 0 (it keeps the most likely tokens holding that much probability; "
+           "1 keeps all): set it in (0, 1]";
+  return {};
+}
+
+}  // namespace
 
 ConfigSchema distill_schema(const std::string& default_run_dir) {
   ConfigSchema s = training_schema(default_run_dir);
@@ -43,6 +82,33 @@ ConfigSchema distill_schema(const std::string& default_run_dir) {
   s.add_float("distill.temperature", 1.0,
               "softmax temperature of teacher and student (KD scaled by T^2); the cache is written at it")
       .greater_than(0);
+
+  s.add_float("distill.on_policy_ratio", 0.0,
+              "on-policy distillation: the share of steps whose batch is the student's own continuations of prompts "
+              "from the data, scored by the teacher (in memory) and trained toward it with "
+              "distill.on_policy_divergence; the other steps are off-policy (distill.mode). 0: off-policy only; 1: "
+              "on-policy only (no cache is read or written); between: interleaved by step")
+      .range(0, 1);
+  s.add_float("distill.on_policy_temperature", 1.0,
+              "on-policy: the temperature the student samples its continuations at (0: greedy)")
+      .min(0);
+  s.add_float("distill.on_policy_top_p", 1.0,
+              "on-policy: nucleus sampling of the continuations, the smallest set of tokens holding this much "
+              "probability (1: off)")
+      .range(0, 1);
+  s.add_int("distill.on_policy_new_tokens", 0,
+            "on-policy: tokens the student generates after each prompt; 0: min(32, model.block_size - the prompt)")
+      .range(0, 1 << 20);
+  s.add_int("distill.on_policy_prompt_tokens", 0,
+            "on-policy: tokens of each batch row's window used as its prompt (at most train.seq_len); 0: min(32, "
+            "half of train.seq_len or model.block_size, the shorter)")
+      .range(0, 1 << 20);
+  s.add_string("distill.on_policy_divergence", "reverse",
+               "on-policy: what the student minimises at its generated positions, over the full vocabulary at "
+               "distill.temperature: reverse (KL(student || teacher), mode-seeking), forward (KL(teacher || "
+               "student)) or mixed (distill.on_policy_mix x forward + the rest reverse)")
+      .choices({"reverse", "forward", "mixed"});
+  s.add_float("distill.on_policy_mix", 0.5, "on-policy, mixed: the weight of the forward KL").range(0, 1);
 
   s.add_bool("distill.xtoken.enabled", false,
              "cross-tokenizer distillation: the teacher reads the same text through its own tokenizer; teacher and "
@@ -96,6 +162,7 @@ ConfigSchema distill_schema(const std::string& default_run_dir) {
     if (c.get_string("distill.cache_kind") == "sampled" && cross_tokenizer(c))
       return "distill.cache_kind=sampled is not available with distill.xtoken.enabled (the cross-tokenizer loss reads "
              "top-k rows): use distill.cache_kind=topk";
+    if (const std::string on_policy = check_on_policy_keys(c); !on_policy.empty()) return on_policy;
     if (c.get_int("teacher.n_embd") % c.get_int("teacher.n_head") != 0)
       return "teacher.n_embd must be a multiple of teacher.n_head";
     if (c.get_double("teacher.min_lr") > c.get_double("teacher.lr")) return "teacher.min_lr must not exceed teacher.lr";

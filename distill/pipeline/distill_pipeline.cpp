@@ -71,6 +71,12 @@ StudentOutcome train_student(const std::string& name, const ResolvedConfig& conf
   return outcome;
 }
 
+// Whether the students learn from a top-k cache at all: not with an online teacher, nor when every step is
+// on-policy (distill.on_policy_ratio = 1: the teacher scores the student's own tokens in the step).
+bool reads_cache(const ResolvedConfig& config) {
+  return distill_mode_from(config) == DistillMode::kCache && config.get_double("distill.on_policy_ratio") < 1;
+}
+
 bool owns_cache(const ResolvedConfig& config) {
   return cache_dir(config).lexically_normal() == default_cache_dir(config).lexically_normal();
 }
@@ -84,7 +90,7 @@ void check_before_work(const ResolvedConfig& config, RunStart start, const Distr
                        "--resume: '{}' holds no distill run yet, so there is nothing to continue: run without "
                        "--resume to start it",
                        run_dir.string());
-  if (distill_mode_from(config) == DistillMode::kCache || cross_tokenizer(config))
+  if (reads_cache(config) || cross_tokenizer(config))
     RETORT_INPUT_CHECK(dist.grid.dp_size == 1,
                        "distill run writes its top-k cache on one tensor-parallel group, so in cache mode it runs "
                        "exactly parallel.tp ranks (got {} ranks for parallel.tp = {}): set parallel.tp={} or "
@@ -113,7 +119,7 @@ bool owns_xtoken_dir(const ResolvedConfig& config) {
 std::vector<std::string> pipeline_run_outputs(const ResolvedConfig& config) {
   std::vector<std::string> names{"config.yaml", "results.json", "loss_curves.svg", "student_kd", "student_labels"};
   if (!has_external_teacher(config)) names.push_back("teacher");
-  if (owns_cache(config)) names.push_back(default_cache_dir(config).filename().string());
+  if (owns_cache(config) && reads_cache(config)) names.push_back(default_cache_dir(config).filename().string());
   if (cross_tokenizer(config) && owns_xtoken_dir(config)) names.push_back("xtoken");
   return names;
 }
@@ -168,8 +174,9 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
   const fs::path teacher_checkpoint = latest_checkpoint(report.teacher_dir).value_or(report.teacher_dir);
 
   // 2. The top-k cache over the training split (resumed where it stopped; none in online mode).
-  const bool online = distill_mode_from(config) == DistillMode::kOnline;
-  if (!online) {
+  const bool no_cache = !reads_cache(config);  // the teacher runs in the student's steps
+  const bool on_policy = config.get_double("distill.on_policy_ratio") > 0;
+  if (!no_cache) {
     if (main && fs::exists(cache / kCacheInfoFile)) {
       const std::string cached_from = read_cache_info(cache).value("checkpoint", std::string());
       if (cached_from != teacher_checkpoint.string()) {
@@ -204,10 +211,14 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
     return derived_config(config, overrides);
   };
   report.cache_kind = config.get_string("distill.cache_kind");
-  const bool sampled = !online && cache_kind_from(config) == CacheKind::Sampled;
-  const std::string kd_name = std::string(xtoken ? "cross-tokenizer KD" : "KD") + (online    ? " (online teacher)"
-                                                                                   : sampled ? " (sampled cache)"
-                                                                                             : " (top-k cache)");
+  report.on_policy_ratio = config.get_double("distill.on_policy_ratio");
+  const bool sampled = !no_cache && cache_kind_from(config) == CacheKind::Sampled;
+  const std::string kd_name =
+      std::string(xtoken ? "cross-tokenizer KD" : "KD") +
+      (on_policy  ? fmt::format(" (on-policy {:.0f}% of the steps)", 100 * config.get_double("distill.on_policy_ratio"))
+       : no_cache ? " (online teacher)"
+       : sampled  ? " (sampled cache)"
+                  : " (top-k cache)");
   report.kd = train_student(kd_name, student_config("student_kd"), device, true);
   report.labels = train_student("labels only", student_config("student_labels"), device, false);
 
@@ -251,7 +262,8 @@ DistillRunReport run_distillation_pipeline(const ResolvedConfig& config, Device 
       {"teacher_trained", report.teacher_trained},
       {"teacher_seconds", report.teacher_seconds},
       {"mode", config.get_string("distill.mode")},
-      {"cache_kind", online ? std::string("none") : report.cache_kind},
+      {"on_policy_ratio", config.get_double("distill.on_policy_ratio")},
+      {"cache_kind", no_cache ? std::string("none") : report.cache_kind},
       {"cache_seconds", report.cache_seconds},
       {"cache_tokens", report.cache_tokens},
       {"cache_bytes_per_token", report.cache_bytes_per_token},
@@ -303,7 +315,11 @@ std::string format_report_table(const DistillRunReport& r) {
   out += fmt::format("  {:<22} {:>10} {:>11} {:>10} {:>12} {:>10}\n", "model", "loss", "perplexity", "bits/byte",
                      "KL(teacher)", "top-1 agr.");
   out += row("teacher", r.teacher);
-  out += row(r.cache_tokens > 0 && r.cache_kind == "sampled" ? "student, sampled KD" : "student, KD", r.kd.eval);
+  out += row(r.on_policy_ratio >= 1                            ? "student, on-policy KD"
+             : r.on_policy_ratio > 0                           ? "student, KD + on-policy"
+             : r.cache_tokens > 0 && r.cache_kind == "sampled" ? "student, sampled KD"
+                                                               : "student, KD",
+             r.kd.eval);
   out += row("student, labels only", r.labels.eval);
   const double gain = r.cross_tokenizer ? r.labels.eval.bits_per_byte.value_or(0) - r.kd.eval.bits_per_byte.value_or(0)
                                         : r.labels.eval.loss - r.kd.eval.loss;
@@ -316,7 +332,7 @@ std::string format_report_table(const DistillRunReport& r) {
       format_duration(r.teacher_seconds),
       r.cache_tokens > 0 ? fmt::format("{} ({} tokens, {:.0f} bytes/token)", format_duration(r.cache_seconds),
                                        r.cache_tokens, r.cache_bytes_per_token)
-                         : std::string("none (online teacher)"),
+                         : std::string("none (the teacher runs in the student's steps)"),
       format_duration(r.kd.train_seconds), format_duration(r.labels.train_seconds), format_duration(r.total_seconds),
       r.run_dir.string());
   return out;

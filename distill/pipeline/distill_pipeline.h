@@ -43,6 +43,7 @@ struct DistillRunReport {
   int64_t cache_tokens = 0;
   double cache_bytes_per_token = 0;
   std::string cache_kind = "topk";  // distill.cache_kind: "topk" or "sampled" (its KD student's signal)
+  double on_policy_ratio = 0;       // distill.on_policy_ratio: the KD student's share of on-policy steps
   StudentOutcome kd, labels;
   double total_seconds = 0;
   bool main_rank = true;  // world rank 0: the one that reports

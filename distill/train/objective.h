@@ -15,6 +15,7 @@
 #include "core/tensor/tensor.h"
 #include "distill/train/trained_model.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/models/gpt_model.h"
 
 namespace retort::distill {
 
@@ -47,6 +48,14 @@ class TrainingObjective {
   // Called once before the first step: open caches, load a teacher, check that they match the run's data.
   virtual void prepare(const RunContext& run) = 0;
 
+  // Called with every micro-batch the data gives, before the student's forward: an objective that trains on other
+  // tokens than the data's (the student's own continuations of the batch's prompts, on-policy) replaces `batch`
+  // with them. `step` is the optimizer step (0-based) the micro-batch belongs to, so a choice made by step is the
+  // same after a resume. The default trains on the data as it is.
+  virtual void choose_batch(int64_t step, const GptModel& student, DType compute_dtype, data::TokenBatch& batch) {
+    (void)step, (void)student, (void)compute_dtype, (void)batch;
+  }
+
   // student logits [B, T, V_local] (vocab-split over the tp group) of `batch`'s inputs -> the micro-batch loss.
   virtual ObjectiveLoss micro_batch_loss(const Tensor& logits, const data::TokenBatch& batch) = 0;
 
@@ -55,9 +64,21 @@ class TrainingObjective {
   // refuses to compare the loss of runs whose descriptions differ.
   virtual nlohmann::json description() const = 0;
 
+  // What the micro-batch of the last choose_batch() was, written to metrics.jsonl as "batch_kind" when not empty:
+  // "on_policy" (the student's own continuations) or "off_policy" (the data's tokens) for an objective that
+  // trains on both; empty (nothing written) for one that trains on the data alone.
+  virtual std::string batch_kind() const { return {}; }
+
   // The teacher the validations compare the model with (KL and top-1 agreement in metrics.jsonl), split like the
   // model; null for a run without one.
   virtual const TrainedModel* validation_teacher() const { return nullptr; }
+
+  // Measures of the student the objective adds to a validation's record in metrics.jsonl (every rank calls it, with
+  // the model split like the student); none by default.
+  virtual std::map<std::string, double> validation_metrics(const GptModel& student, DType compute_dtype) {
+    (void)student, (void)compute_dtype;
+    return {};
+  }
 };
 
 }  // namespace retort::distill

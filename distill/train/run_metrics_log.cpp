@@ -30,11 +30,14 @@ double unix_seconds_ms() {
 }  // namespace
 
 const std::vector<std::string>& metrics_csv_columns() {
-  static const std::vector<std::string> columns{"step", "time", "elapsed", "loss", "ce", "kd", "lr", "grad_norm",
-                                                "tokens_per_s", "tokens", "eval_loss", "eval_ppl", "eval_kl_to_teacher",
-                                                "eval_top1_agreement",
-                                                // cross-tokenizer students (objectives/xtoken_objective.h)
-                                                "chunk_coverage", "chunks", "xtoken_batch_ms", "teacher_ms"};
+  static const std::vector<std::string> columns{
+      "step", "time", "elapsed", "loss", "ce", "kd", "lr", "grad_norm", "tokens_per_s", "tokens", "eval_loss",
+      "eval_ppl", "eval_kl_to_teacher", "eval_top1_agreement",
+      // cross-tokenizer students (objectives/xtoken_objective.h)
+      "chunk_coverage", "chunks", "xtoken_batch_ms", "teacher_ms",
+      // on-policy students (objectives/on_policy_objective.h)
+      "batch_kind", "on_policy_reverse_kl", "on_policy_forward_kl", "on_policy_mixed", "eval_on_policy_reverse_kl",
+      "eval_on_policy_forward_kl"};
   return columns;
 }
 

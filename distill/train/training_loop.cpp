@@ -189,12 +189,15 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
     const auto step_start = std::chrono::steady_clock::now();
     double step_loss = 0;
     std::map<std::string, double> step_metrics;
+    std::string batch_kind;
     for (int64_t micro = 0; micro < grad_accum; ++micro) {
-      const data::TokenBatch host_batch = train_loader.next();
+      data::TokenBatch host_batch = train_loader.next();
+      objective.choose_batch(step, model, dtype, host_batch);
       const Tensor inputs = Tensor::from_ints(host_batch.inputs, {host_batch.batch, host_batch.seq}, device);
       Tensor logits = model.forward(inputs, dtype);
       ObjectiveLoss micro_loss = objective.micro_batch_loss(logits, host_batch);
       Tensor& loss = micro_loss.loss;
+      batch_kind = objective.batch_kind();
       for (const auto& [name, value] : micro_loss.metrics)
         step_metrics[name] += dp_mean(value, grid, device) / static_cast<double>(grad_accum);
       // Every rank decides on the same value, so a NaN on one dp rank stops them all at the same step.
@@ -222,6 +225,7 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
                           {"tokens_per_s", static_cast<double>(tokens_per_step) / step_seconds},
                           {"tokens", step * tokens_per_step}};
     for (const auto& [name, value] : step_metrics) record[name] = value;
+    if (!batch_kind.empty()) record["batch_kind"] = batch_kind;
     if (val_loader && ((eval_every > 0 && step % eval_every == 0) || step == total_steps)) {
       BatchEvalOptions validation;
       validation.ignore_index = ignore_index;
@@ -234,12 +238,18 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
         record["eval_kl_to_teacher"] = *eval.kl_to_teacher;
         record["eval_top1_agreement"] = *eval.top1_agreement;
       }
+      std::string objective_part;
+      for (const auto& [name, value] : objective.validation_metrics(model, dtype)) {
+        record[name] = value;
+        objective_part += fmt::format(", {} {:.4f}", name, value);
+      }
       result.final_eval_loss = eval_loss;
-      progress.log(fmt::format("step {}: validation loss {:.4f}, perplexity {:.1f}{}", step, eval_loss,
+      progress.log(fmt::format("step {}: validation loss {:.4f}, perplexity {:.1f}{}{}", step, eval_loss,
                                std::exp(eval_loss),
                                eval.kl_to_teacher ? fmt::format(", KL to the teacher {:.4f}, top-1 agreement {:.1f}%",
                                                                 *eval.kl_to_teacher, 100 * *eval.top1_agreement)
-                                                  : ""));
+                                                  : "",
+                               objective_part));
     }
     if (metrics) metrics->write(step, record);
     progress.update({step, step_loss, lr, tokens_per_step, {{"gnorm", grad_norm}}});

@@ -46,9 +46,10 @@ TEST(RunMetricsLog, EveryRecordHasTheClockAndTheCsvTheSameValues) {
   ASSERT_EQ(csv.size(), 3u);
   EXPECT_EQ(csv[0],
             "step,time,elapsed,loss,ce,kd,lr,grad_norm,tokens_per_s,tokens,eval_loss,eval_ppl,eval_kl_to_teacher,"
-            "eval_top1_agreement,chunk_coverage,chunks,xtoken_batch_ms,teacher_ms");
+            "eval_top1_agreement,chunk_coverage,chunks,xtoken_batch_ms,teacher_ms,batch_kind,on_policy_reverse_kl,"
+            "on_policy_forward_kl,on_policy_mixed,eval_on_policy_reverse_kl,eval_on_policy_forward_kl");
   EXPECT_EQ(csv[2],
-            "2," + second.at("time").dump() + "," + second.at("elapsed").dump() + ",4.25,4.0,,,,,,4.125,,,,,,,");
+            "2," + second.at("time").dump() + "," + second.at("elapsed").dump() + ",4.25,4.0,,,,,,4.125,,,,,,,,,,,,,");
 }
 
 TEST(RunMetricsLog, AResumedRunDropsTheLostStepsFromBothFilesAndContinuesTheElapsedTime) {

@@ -50,12 +50,12 @@ TEST(TrainingMetrics, ALabelRunLogsCeTheClockACsvAndItsObjective) {
 
     const auto csv = read_csv(dir / "metrics.csv");
     ASSERT_EQ(csv.size(), 7u);
-    ASSERT_EQ(csv[0].size(), 18u);
+    ASSERT_EQ(csv[0].size(), 24u);
     EXPECT_EQ(csv[0][3], "loss");
     EXPECT_EQ(csv[0][4], "ce");
     EXPECT_EQ(csv[0][10], "eval_loss");
     for (size_t i = 0; i < 6; ++i) {
-      ASSERT_EQ(csv[i + 1].size(), 18u) << i;
+      ASSERT_EQ(csv[i + 1].size(), 24u) << i;
       EXPECT_EQ(std::stod(csv[i + 1][0]), records[i].at("step").get<double>());
       EXPECT_EQ(std::stod(csv[i + 1][3]), records[i].at("loss").get<double>());
       EXPECT_EQ(std::stod(csv[i + 1][4]), records[i].at("ce").get<double>());

@@ -101,20 +101,6 @@ __device__ __forceinline__ int64_t head_elems(const T* row, int64_t n) {
   return head < n ? head : n;
 }
 
-template <typename T, typename F>
-__device__ __forceinline__ void visit_row(const T* row, int64_t n, F&& f) {
-  const int64_t head = head_elems(row, n);
-  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) f(j, to_f32(row[j]));
-  const int64_t packs = (n - head) / 8;
-  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    float v[8];
-    load8(row + head + 8 * p, v);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) f(head + 8 * p + i, v[i]);
-  }
-  for (int64_t j = head + 8 * packs + threadIdx.x; j < n; j += blockDim.x) f(j, to_f32(row[j]));
-}
-
 // As visit_row, but the aligned middle goes to f8(j0, v) eight values at a time (values j0 .. j0 + 7), so a
 // reduction can treat a pack as one step; head and tail go to f1(j, value).
 template <typename T, typename F1, typename F8>
@@ -128,6 +114,15 @@ __device__ __forceinline__ void visit_row_packs(const T* row, int64_t n, F1&& f1
     f8(head + 8 * p, v);
   }
   for (int64_t j = head + 8 * packs + threadIdx.x; j < n; j += blockDim.x) f1(j, to_f32(row[j]));
+}
+
+// f(j, row[j]) for every j, the aligned middle loaded in 16-byte packs.
+template <typename T, typename F>
+__device__ __forceinline__ void visit_row(const T* row, int64_t n, F&& f) {
+  visit_row_packs(row, n, f, [&](int64_t j0, const float* v) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f(j0 + i, v[i]);
+  });
 }
 
 // out[j] = f(j, in[j]) over one row. `vec` only when in and out share their misalignment (same element size
@@ -152,25 +147,8 @@ __device__ __forceinline__ void map_row(const TI* in, TO* out, int64_t n, bool v
   for (int64_t j = head + 8 * packs + threadIdx.x; j < n; j += blockDim.x) out[j] = from_f32<TO>(f(j, to_f32(in[j])));
 }
 
-// Two inputs read together: f(j, a[j], b[j]), and out[j] = f(j, a[j], b[j]); same `vec` rule as map_row.
-template <typename TA, typename TB, typename F>
-__device__ __forceinline__ void visit_row2(const TA* a, const TB* b, int64_t n, bool vec, F&& f) {
-  const int64_t head = vec ? head_elems(a, n) : n;
-  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) f(j, to_f32(a[j]), to_f32(b[j]));
-  if (!vec) return;
-  const int64_t packs = (n - head) / 8;
-  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    float va[8], vb[8];
-    load8(a + head + 8 * p, va);
-    load8(b + head + 8 * p, vb);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) f(head + 8 * p + i, va[i], vb[i]);
-  }
-  for (int64_t j = head + 8 * packs + threadIdx.x; j < n; j += blockDim.x) f(j, to_f32(a[j]), to_f32(b[j]));
-}
-
-// As visit_row2, but the aligned middle goes to f8(j0, a, b) eight pairs at a time; head and tail (and every
-// element when !vec) go to f1(j, a, b).
+// Two inputs read together, same `vec` rule as map_row: the aligned middle goes to f8(j0, a, b) eight pairs at a
+// time; head and tail (and every element when !vec) go to f1(j, a, b).
 template <typename TA, typename TB, typename F1, typename F8>
 __device__ __forceinline__ void visit_row2_packs(const TA* a, const TB* b, int64_t n, bool vec, F1&& f1, F8&& f8) {
   const int64_t head = vec ? head_elems(a, n) : n;
@@ -184,6 +162,15 @@ __device__ __forceinline__ void visit_row2_packs(const TA* a, const TB* b, int64
     f8(head + 8 * p, va, vb);
   }
   for (int64_t j = head + 8 * packs + threadIdx.x; j < n; j += blockDim.x) f1(j, to_f32(a[j]), to_f32(b[j]));
+}
+
+// f(j, a[j], b[j]) for every j (map_row2 also stores out[j] = f(j, a[j], b[j])).
+template <typename TA, typename TB, typename F>
+__device__ __forceinline__ void visit_row2(const TA* a, const TB* b, int64_t n, bool vec, F&& f) {
+  visit_row2_packs(a, b, n, vec, f, [&](int64_t j0, const float* va, const float* vb) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f(j0 + i, va[i], vb[i]);
+  });
 }
 
 template <typename TA, typename TB, typename TO, typename F>

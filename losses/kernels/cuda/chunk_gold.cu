@@ -16,6 +16,9 @@
 //                the merged top, compared with the teacher's sorted uncommon probabilities (|a_i - b_i|,
 //                g_i = sign(a_i - b_i) a_i)
 //   backward     one block per row: (g_j - q_j G_c) / n over the shard, then the row's chunk's winners added
+#include <mutex>
+#include <set>
+
 #include "losses/kernels/chunk_gold_kernels.h"
 
 namespace retort::losses::kernels::gold::cuda {
@@ -403,6 +406,21 @@ void finish_lse(const Tensor& global_max, const Tensor& partial_sum, Tensor& lse
   RETORT_CUDA_CHECK_LAUNCH();
 }
 
+// The kernel's shared-memory limit is one setting per device for the whole process, and tensor-parallel ranks on
+// threads launch at once with different sizes: a rank that set its smaller size between another's setting and launch
+// made that launch invalid. So the limit is raised once per device to what the largest selection (kMaxTop) needs.
+static void allow_largest_select() {
+  static std::mutex mutex;
+  static std::set<int> raised;
+  const int device = rc::current_device();
+  const std::lock_guard lock(mutex);
+  if (!raised.insert(device).second) return;
+  int largest = 1;
+  while (largest < kMaxTop) largest <<= 1;
+  RETORT_CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         largest * static_cast<int>(sizeof(unsigned long long))));
+}
+
 void chunk_pass(const Tensor& student, const GoldDevicePlan& plan, const Tensor& lse, Tensor& ls_buffer,
                 Tensor& candidates) {
   rc::DeviceGuard guard(device_of(student, "chunk gold chunk_pass"));
@@ -422,8 +440,7 @@ void chunk_pass(const Tensor& student, const GoldDevicePlan& plan, const Tensor&
   int sort_size = 1;
   while (sort_size < plan.local_top) sort_size <<= 1;
   const size_t shared = static_cast<size_t>(sort_size) * sizeof(unsigned long long);
-  RETORT_CUDA_CHECK(
-      cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  allow_largest_select();
   select_kernel<<<row_grid(plan.chunks), kSelectThreads, shared, rc::current_stream()>>>(
       ls_buffer.data<float>(), ints(plan.common), plan.chunks, vocab, plan.top, static_cast<int>(plan.local_top),
       sort_size, plan.vocab_start, width, candidates.data<float>());

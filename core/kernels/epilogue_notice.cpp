@@ -1,13 +1,13 @@
 // The note the CUDA linear kernels leave when cuBLASLt offers no kernel for a fused epilogue: spdlog is kept out of
 // nvcc's translation units, so gemm.cu calls this host function.
 #ifdef RETORT_WITH_CUDA
+#include "core/kernels/cuda/epilogue_notice.h"
+
 #include <spdlog/spdlog.h>
 
 #include <mutex>
 #include <set>
 #include <string>
-
-#include "core/kernels/cuda/epilogue_notice.h"
 
 namespace retort::kernels::cuda::detail {
 

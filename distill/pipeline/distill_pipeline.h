@@ -2,16 +2,16 @@
 // `retort distill run`: the whole off-policy distillation experiment in one command. Trains the teacher (the
 // teacher.* shape and budget, on the student's data) in run.dir/teacher unless distill.teacher names one, writes
 // its teacher cache (run.dir/teacher_topk, or teacher_sampled; none in online mode), trains the student with KD in
-// run.dir/student_kd and, with the same steps, batch and optimizer, the same student on the labels only in run.dir/student_labels;
-// evaluates teacher and both students on the held-out split; writes results.json and loss_curves.svg into run.dir
-// and returns the figures. With distill.xtoken.enabled the teacher has a tokenizer of its own (pipeline/xtoken_stage.h)
-// and the models are compared in bits per byte of the same held-out text.
-// The run folder follows run_folder.h: a new run refuses a folder that holds one; kResume continues each stage
-// where it stopped (the teacher and the students from their latest checkpoints, or not at all when finished, the
-// cache from its last shard) and reuses a teacher only when check_teacher_matches agrees; kOverwrite deletes the
-// run's own outputs first (a teacher or cache named outside run.dir is never deleted).
-// On several ranks (parallel.tp of them in cache mode; any dp x tp in online mode) every stage runs on all of them;
-// each rank evaluates the whole models alike at the end, and rank 0 alone writes results.json and the plot.
+// run.dir/student_kd and, with the same steps, batch and optimizer, the same student on the labels only in
+// run.dir/student_labels; evaluates teacher and both students on the held-out split; writes results.json and
+// loss_curves.svg into run.dir and returns the figures. With distill.xtoken.enabled the teacher has a tokenizer of its
+// own (pipeline/xtoken_stage.h) and the models are compared in bits per byte of the same held-out text. The run folder
+// follows run_folder.h: a new run refuses a folder that holds one; kResume continues each stage where it stopped (the
+// teacher and the students from their latest checkpoints, or not at all when finished, the cache from its last shard)
+// and reuses a teacher only when check_teacher_matches agrees; kOverwrite deletes the run's own outputs first (a
+// teacher or cache named outside run.dir is never deleted). On several ranks (parallel.tp of them in cache mode; any dp
+// x tp in online mode) every stage runs on all of them; each rank evaluates the whole models alike at the end, and rank
+// 0 alone writes results.json and the plot.
 #include <filesystem>
 #include <string>
 #include <utility>

@@ -37,8 +37,8 @@ enum class FinishReason { MaxTokens, Stopped, ContextFull };
 struct GeneratedSequence {
   std::vector<int32_t> tokens;  // the new tokens only
   FinishReason finish = FinishReason::MaxTokens;
-  double prefill_seconds = 0.0;  // the batch's prefill forward and its first token (shared by the batch)
-  double decode_seconds = 0.0;   // from the end of the prefill to this sequence's last token
+  double prefill_seconds = 0.0;    // the batch's prefill forward and its first token (shared by the batch)
+  double decode_seconds = 0.0;     // from the end of the prefill to this sequence's last token
   int64_t decode_graph_nodes = 0;  // nodes of the CUDA graph the batch's decode steps replayed; 0: no graph
 };
 

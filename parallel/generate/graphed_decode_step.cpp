@@ -160,9 +160,10 @@ struct GraphedDecodeStep::State {
                     failure);
       return;
     }
-    spdlog::debug("generation: the decode step of {} sequences is one CUDA graph of {} nodes ({}), {:.1f} MiB of "
-                  "activations",
-                  batch, nodes, kinds, arena->used() / 1048576.0);
+    spdlog::debug(
+        "generation: the decode step of {} sequences is one CUDA graph of {} nodes ({}), {:.1f} MiB of "
+        "activations",
+        batch, nodes, kinds, arena->used() / 1048576.0);
   }
 
   // "kernel 120, memset 2, ...": what the graph is made of, for the log.
@@ -174,13 +175,27 @@ struct GraphedDecodeStep::State {
       cudaGraphNodeType type{};
       cudaGraphNodeGetType(node, &type);
       switch (type) {
-        case cudaGraphNodeTypeKernel: ++tally["kernel"]; break;
-        case cudaGraphNodeTypeMemcpy: ++tally["memcpy"]; break;
-        case cudaGraphNodeTypeMemset: ++tally["memset"]; break;
-        case cudaGraphNodeTypeMemAlloc: ++tally["alloc"]; break;
-        case cudaGraphNodeTypeMemFree: ++tally["free"]; break;
-        case cudaGraphNodeTypeEmpty: ++tally["empty"]; break;
-        default: ++tally["other"]; break;
+        case cudaGraphNodeTypeKernel:
+          ++tally["kernel"];
+          break;
+        case cudaGraphNodeTypeMemcpy:
+          ++tally["memcpy"];
+          break;
+        case cudaGraphNodeTypeMemset:
+          ++tally["memset"];
+          break;
+        case cudaGraphNodeTypeMemAlloc:
+          ++tally["alloc"];
+          break;
+        case cudaGraphNodeTypeMemFree:
+          ++tally["free"];
+          break;
+        case cudaGraphNodeTypeEmpty:
+          ++tally["empty"];
+          break;
+        default:
+          ++tally["other"];
+          break;
       }
     }
     std::string text;

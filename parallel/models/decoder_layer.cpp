@@ -127,9 +127,8 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& positions, const Ten
 }
 
 template <typename Attend>
-ResidualStream DecoderLayer::around_attention(const ResidualStream& in, const Tensor& positions,
-                                              const Tensor& inv_freq, DType compute_dtype,
-                                              const Attend& attend) const {
+ResidualStream DecoderLayer::around_attention(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,
+                                              DType compute_dtype, const Attend& attend) const {
   const ops::ResidualNorm first = in.pending.defined() ? added_norm_in_f32(*input_layernorm_, in.x, in.pending)
                                                        : ops::ResidualNorm{in.x, norm_in_f32(*input_layernorm_, in.x)};
   const Tensor attn = attend(project(first.normed, positions, inv_freq, compute_dtype));

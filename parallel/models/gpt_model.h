@@ -84,8 +84,8 @@ class GptBlock : public nn::Module {
   // The same over new positions [B, T_new, C] only; reads and extends layer `layer` of the cache (see
   // GptModel::forward_cached). starts: i32 [B] on the stream's device, where each row's new positions begin (the
   // cache lengths).
-  ResidualStream forward_cached(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
-                                const Tensor& starts, DType compute_dtype) const;
+  ResidualStream forward_cached(const ResidualStream& in, generate::KvCache& cache, int64_t layer, const Tensor& starts,
+                                DType compute_dtype) const;
 
  private:
   // The block around an attention that maps the fused q|k|v projection [B, T, 3C / tp] to [B, T, C / tp].

@@ -152,15 +152,15 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_
     // a is [rows, k] ([k, rows] transposed), b is [k, n] ([n, k] transposed).
     if (run_k != k || run_rows != rows) {
       const MatrixRef a_ref = trans_a ? MatrixRef{a_bytes, k, rows, lda} : MatrixRef{a_bytes, rows, k, lda};
-      a_padded = padded_copy(a_ref, trans_a ? run_k : run_rows, trans_a ? run_rows : run_k, a.dtype(), c.device(),
-                             true, true, padded);
+      a_padded = padded_copy(a_ref, trans_a ? run_k : run_rows, trans_a ? run_rows : run_k, a.dtype(), c.device(), true,
+                             true, padded);
       a_data = padded.data;
       lda = padded.ld;
     }
     if (run_k != k || run_n != n) {
       const MatrixRef b_ref = trans_b ? MatrixRef{b_bytes, n, k, ldb} : MatrixRef{b_bytes, k, n, ldb};
-      b_padded = padded_copy(b_ref, trans_b ? run_n : run_k, trans_b ? run_k : run_n, b.dtype(), c.device(), true,
-                             true, padded);
+      b_padded = padded_copy(b_ref, trans_b ? run_n : run_k, trans_b ? run_k : run_n, b.dtype(), c.device(), true, true,
+                             padded);
       b_data = padded.data;
       ldb = padded.ld;
     }

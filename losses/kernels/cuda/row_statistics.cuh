@@ -71,8 +71,8 @@ struct RowStats {
     for (int i = 1; i < 8; ++i) m8 = fmaxf(m8, v[i]);
     if (m8 == -INFINITY) {  // all eight are -inf (fmaxf skips a NaN; a NaN still reaches the sum below)
       neg_inf = 1;
-      if (!(v[0] == -INFINITY && v[1] == -INFINITY && v[2] == -INFINITY && v[3] == -INFINITY &&
-            v[4] == -INFINITY && v[5] == -INFINITY && v[6] == -INFINITY && v[7] == -INFINITY))
+      if (!(v[0] == -INFINITY && v[1] == -INFINITY && v[2] == -INFINITY && v[3] == -INFINITY && v[4] == -INFINITY &&
+            v[5] == -INFINITY && v[6] == -INFINITY && v[7] == -INFINITY))
         sum = NAN;
       return;
     }

@@ -76,9 +76,10 @@ std::vector<Named> RealTokenizations::hf_, RealTokenizations::sentencepiece_;
 
 // In the test body itself: a skip (or a failure) inside a helper function would return from the helper only, and the
 // test would go on to index the missing tokenizers.
-#define REQUIRE_HF_TOKENIZERS()                                                                                 \
-  RETORT_REQUIRE_ORACLE(hf_.size() == 2, "data/hf-tokenizers/{llama3,qwen3}/tokenizer.json are missing: fetch " \
-                                         "them with scripts/fetch-hf-tokenizers.sh")
+#define REQUIRE_HF_TOKENIZERS()                                                                \
+  RETORT_REQUIRE_ORACLE(hf_.size() == 2,                                                       \
+                        "data/hf-tokenizers/{llama3,qwen3}/tokenizer.json are missing: fetch " \
+                        "them with scripts/fetch-hf-tokenizers.sh")
 
 std::string decode_range(const data::Tokenizer& tokenizer, const SideTokens& side, int32_t begin, int32_t end) {
   return tokenizer.decode(std::span<const int32_t>(side.ids).subspan(size_t(begin), size_t(end - begin)));

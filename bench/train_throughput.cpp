@@ -2,7 +2,9 @@
 // warm-up. bench/train_throughput_torch.py measures the PyTorch eager twin of the same model and batch;
 // bench/run_train_throughput.sh runs both in one go and prints the table for docs/benchmarks.md.
 // --per-step-casts measures the bf16 forward as it was before weights kept bf16 working copies (one cast per weight
-// per forward); --profile-ops times one extra step op by op (core/profile/op_profiler.h).
+// per forward); --profile-ops times one extra step op by op (core/profile/op_profiler.h); --cuda-graphs replays
+// every step after the first as the trainer's CUDA graphs (distill/train/graphed_train_step.h), and with
+// --grad-clip clips the gradients as the trainer does (both ways).
 // Under `retort launch --nproc N` the model is split over N tensor-parallel ranks, one GPU each (NCCL), every rank
 // on the same batch; tokens/s counts the batch once and the step time is the slowest rank's, peak memory is
 // per rank (the largest), and rank 0 prints the record:
@@ -26,8 +28,10 @@
 #include "core/profile/op_profiler.h"
 #include "core/tensor/device_runtime.h"
 #include "core/util/error.h"
+#include "distill/train/graphed_train_step.h"
 #include "losses/cross_entropy.h"
 #include "optim/adamw/adamw.h"
+#include "optim/grad_clip.h"
 #include "parallel/comm/rendezvous.h"
 #include "parallel/models/gpt_model.h"
 
@@ -56,7 +60,11 @@ int main(int argc, char** argv) {
   app.add_flag("--untied", untied, "a separate LM head");
   app.add_option("--warmup", warmup);
   app.add_option("--steps", steps);
-  bool per_step_casts = false, profile_ops = false;
+  bool per_step_casts = false, profile_ops = false, cuda_graphs = false;
+  double grad_clip = 0;
+  app.add_flag("--cuda-graphs", cuda_graphs,
+               "replay each step after the first as CUDA graphs (the trainer's train.cuda_graphs path)");
+  app.add_option("--grad-clip", grad_clip, "clip the global gradient norm at this value (0: no clipping)");
   app.add_flag("--per-step-casts", per_step_casts,
                "cast every f32 weight to the compute dtype on every forward instead of keeping bf16 working copies "
                "(the behaviour before working copies; same as RETORT_WEIGHT_CASTS=per-step)");
@@ -109,9 +117,27 @@ int main(int argc, char** argv) {
   Tensor y = Tensor::from_ints(targets, {batch, config.block_size});
 
   const Tensor y_device = y.to(device);
+  std::unique_ptr<distill::GraphedTrainStep> graphed;
+  if (cuda_graphs) {
+    RETORT_INPUT_CHECK(!profile_ops, "--profile-ops times the eager step's ops: run it without --cuda-graphs");
+    RETORT_INPUT_CHECK(!tp_group && device.is_cuda(), "--cuda-graphs measures one GPU: pass --device cuda, no launch");
+    distill::GraphedStepOptions options;
+    options.batch = batch;
+    options.seq = config.block_size;
+    options.max_norm = grad_clip;
+    options.compute_dtype = dtype;
+    graphed = std::make_unique<distill::GraphedTrainStep>(model, optimizer, options, device);
+  }
+  data::TokenBatch host_batch{batch, config.block_size, inputs, targets, {}};
   const auto train_step = [&] {
+    if (graphed) {
+      const double loss = graphed->micro_batch(host_batch);
+      graphed->update(1e-4);  // waits for the step: the timing covers the whole step
+      return loss;
+    }
     Tensor loss = losses::cross_entropy(model.forward(x, dtype), y_device);
     loss.backward();
+    if (grad_clip > 0) optim::clip_grad_norm(model.parameters(), grad_clip);
     optimizer.step(1e-4);
     optimizer.zero_grad();
     return loss.item();  // waits for the step: the timing covers the whole step
@@ -149,6 +175,10 @@ int main(int argc, char** argv) {
       {"final_loss", loss_value},
       {"tp", tp_group ? tp_group->size() : 1},
       {"weight_casts", nn::working_copies_enabled() ? "working-copies" : "per-step"},
+      {"cuda_graphs", graphed ? graphed->graphed() : false},
+      {"graph_nodes", graphed ? graphed->graph_nodes() : 0},
+      {"graph_fallback", graphed ? graphed->fallback_reason() : ""},
+      {"grad_clip", grad_clip},
       {"peak_memory_gib", memory.available() ? nlohmann::json(peak_gib) : nlohmann::json(nullptr)}};
   // stdout is the record: bench/run_train_throughput.sh collects the lines of both frameworks.
   if (!tp_group || tp_group->rank() == 0) {

@@ -3,6 +3,8 @@
 #ifdef RETORT_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "core/cuda/cuda_context.h"
 #include "core/tensor/device_runtime.h"
 #endif
@@ -29,6 +31,7 @@ void PoolMeter::start() {
   std::uint64_t used = 0, zero = 0;  // the attributes are cuuint64_t (64-bit)
   RETORT_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
   RETORT_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));  // resets to current
+  RETORT_CUDA_CHECK(cudaDeviceSetGraphMemAttribute(device_.index, cudaGraphMemAttrUsedMemHigh, &zero));
   base_ = used;
 #endif
 }
@@ -37,9 +40,12 @@ double PoolMeter::extra() {
 #ifdef RETORT_WITH_CUDA
   if (!available()) return -1;
   device_runtime::synchronize(device_);
-  std::uint64_t high = 0;
+  std::uint64_t high = 0, now = 0, graph_high = 0;
   RETORT_CUDA_CHECK(cudaMemPoolGetAttribute(device_pool(device_), cudaMemPoolAttrUsedMemHigh, &high));
-  return static_cast<double>(high) - static_cast<double>(base_);
+  RETORT_CUDA_CHECK(cudaMemPoolGetAttribute(device_pool(device_), cudaMemPoolAttrUsedMemCurrent, &now));
+  RETORT_CUDA_CHECK(cudaDeviceGetGraphMemAttribute(device_.index, cudaGraphMemAttrUsedMemHigh, &graph_high));
+  const double pool_peak = static_cast<double>(high), with_graphs = static_cast<double>(now + graph_high);
+  return std::max(pool_peak, with_graphs) - static_cast<double>(base_);
 #else
   return -1;
 #endif

@@ -87,6 +87,10 @@ ConfigSchema training_schema(const std::string& default_run_dir) {
   s.add_int("train.eval_batches", 20, "validation batches per evaluation").min(1);
   s.add_int("train.checkpoint_every", 200, "steps between checkpoints (0: only at the end)").min(0);
   s.add_int("train.keep_checkpoints", 2, "most recent checkpoints kept").min(1);
+  s.add_string("train.cuda_graphs", "auto",
+               "replay each step as CUDA graphs after the first (auto: where the run allows it: one GPU, adamw, the "
+               "labels' plain cross-entropy; on: the same, and say why when it does not apply; off: never)")
+      .choices({"auto", "on", "off"});
   s.add_int("train.inject_nan_at_step", -1,
             "fault injection for tests: make this step's loss train.inject_loss_value (-1: off)");
   s.add_string("train.inject_loss_value", "nan", "the loss train.inject_nan_at_step injects: nan, inf or -inf")

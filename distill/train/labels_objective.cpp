@@ -28,6 +28,11 @@ ObjectiveLoss LabelsObjective::micro_batch_loss(const Tensor& logits, const data
   return ObjectiveLoss{loss, {{"ce", ce}}};
 }
 
+std::optional<losses::CrossEntropyOptions> LabelsObjective::graphable_cross_entropy() const {
+  if (options_.label_smoothing != 0 || options_.z_loss != 0) return std::nullopt;
+  return options_;
+}
+
 nlohmann::json LabelsObjective::description() const {
   nlohmann::json out{{"name", "labels"}, {"label_smoothing", options_.label_smoothing}, {"z_loss", options_.z_loss}};
   if (options_.label_smoothing > 0)

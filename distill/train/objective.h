@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "core/config/resolved_config.h"
@@ -14,6 +15,7 @@
 #include "core/tensor/device.h"
 #include "core/tensor/tensor.h"
 #include "distill/train/trained_model.h"
+#include "losses/cross_entropy.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/models/gpt_model.h"
 
@@ -68,6 +70,11 @@ class TrainingObjective {
   // "on_policy" (the student's own continuations) or "off_policy" (the data's tokens) for an objective that
   // trains on both; empty (nothing written) for one that trains on the data alone.
   virtual std::string batch_kind() const { return {}; }
+
+  // The cross-entropy's options when this objective's loss is exactly the labels' cross-entropy on the data as it
+  // is, with nothing else read on the host (its metrics are the loss itself): the loop may then replay each step as
+  // CUDA graphs (graphed_train_step.h). nullopt, the default, keeps every step eager.
+  virtual std::optional<losses::CrossEntropyOptions> graphable_cross_entropy() const { return std::nullopt; }
 
   // The teacher the validations compare the model with (KL and top-1 agreement in metrics.jsonl), split like the
   // model; null for a run without one.

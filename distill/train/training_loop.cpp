@@ -20,11 +20,13 @@
 #include "distill/train/config_builders.h"
 #include "distill/train/data_position.h"
 #include "distill/train/evaluation.h"
+#include "distill/train/graphed_train_step.h"
 #include "distill/train/labels_objective.h"
 #include "distill/train/nonfinite_loss.h"
 #include "distill/train/run_metrics_log.h"
 #include "distill/train/run_tokenizer.h"
 #include "losses/cross_entropy.h"
+#include "optim/adamw/adamw.h"
 #include "optim/grad_clip.h"
 #include "parallel/data_parallel.h"
 #include "parallel/launch/distributed_run.h"
@@ -52,6 +54,30 @@ double dp_mean(double value, const ProcessGrid& grid, Device device) {
   Tensor t = Tensor::scalar(value, device.is_cpu() ? DType::F64 : DType::F32, device);
   grid.dp->all_reduce(t, ReduceOp::Sum);
   return t.item() / grid.dp_size;
+}
+
+// The graphed step when train.cuda_graphs and the run allow it (graphed_train_step.h), else null.
+std::unique_ptr<GraphedTrainStep> graphed_step_for(const ResolvedConfig& config, const TrainingObjective& objective,
+                                                   optim::Optimizer& optimizer, GptModel& model,
+                                                   const ProcessGrid& grid, Device device) {
+  const std::string mode = config.get_string("train.cuda_graphs");
+  if (mode == "off") return nullptr;
+  const std::optional<losses::CrossEntropyOptions> loss = objective.graphable_cross_entropy();
+  auto* adamw = dynamic_cast<optim::AdamW*>(&optimizer);
+  const std::optional<std::string> refusal =
+      graphed_step_refusal(device, grid.tp_size, grid.dp_size, adamw ? "adamw" : optimizer.name(), loss.has_value());
+  if (refusal) {
+    if (mode == "on") spdlog::warn("train.cuda_graphs=on: {}: every step runs without CUDA graphs", *refusal);
+    return nullptr;
+  }
+  GraphedStepOptions options;
+  options.batch = config.get_int("train.batch_size");
+  options.seq = config.get_int("train.seq_len");
+  options.grad_accum = config.get_int("train.grad_accum");
+  options.max_norm = config.get_double("optim.grad_clip");
+  options.compute_dtype = dtype_from_name(config.get_string("model.dtype"));
+  options.loss = *loss;
+  return std::make_unique<GraphedTrainStep>(model, *adamw, options, device);
 }
 
 }  // namespace
@@ -174,6 +200,7 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
   nonfinite.inject_nan_at_step = config.get_int("train.inject_nan_at_step");
   nonfinite.injected_loss = std::stod(config.get_string("train.inject_loss_value"));
   std::optional<fs::path> last_checkpoint = latest_checkpoint(result.run_dir);
+  const std::unique_ptr<GraphedTrainStep> graphed = graphed_step_for(config, objective, optimizer, model, grid, device);
 
   ProgressOptions progress_options;
   progress_options.label = objective.progress_label();
@@ -193,6 +220,18 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
     for (int64_t micro = 0; micro < grad_accum; ++micro) {
       data::TokenBatch host_batch = train_loader.next();
       objective.choose_batch(step, model, dtype, host_batch);
+      if (graphed) {
+        // The loss is the labels' plain cross-entropy, reported as "ce" as the eager objective does; the backward
+        // has already run, but nothing is updated before the check below.
+        const double value = nonfinite.observe(graphed->micro_batch(host_batch), step);
+        if (!std::isfinite(value)) {
+          progress.finish();
+          throw nonfinite.stop(value, step, micro, last_checkpoint);
+        }
+        step_metrics["ce"] += value / static_cast<double>(grad_accum);
+        step_loss += value / static_cast<double>(grad_accum);
+        continue;
+      }
       const Tensor inputs = Tensor::from_ints(host_batch.inputs, {host_batch.batch, host_batch.seq}, device);
       Tensor logits = model.forward(inputs, dtype);
       ObjectiveLoss micro_loss = objective.micro_batch_loss(logits, host_batch);
@@ -209,11 +248,16 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
       step_loss += value / static_cast<double>(grad_accum);
       (grad_accum == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(grad_accum))).backward();
     }
-    average_gradients(model.parameters(), grid.dp);
-    const double grad_norm = optim::clip_grad_norm(model.parameters(), grad_clip);
     const double lr = schedule.at(step);
-    optimizer.step(lr);
-    optimizer.zero_grad();
+    double grad_norm = 0;
+    if (graphed) {
+      grad_norm = graphed->update(lr);
+    } else {
+      average_gradients(model.parameters(), grid.dp);
+      grad_norm = optim::clip_grad_norm(model.parameters(), grad_clip);
+      optimizer.step(lr);
+      optimizer.zero_grad();
+    }
     ++step;
     tokens_this_run += tokens_per_step;
     result.train_losses.push_back(step_loss);

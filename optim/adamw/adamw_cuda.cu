@@ -28,7 +28,17 @@ struct AdamWTable {
 static_assert(sizeof(AdamWTable) + sizeof(AdamWStep) <= 32764, "the AdamW table must fit the kernel parameters");
 
 // __grid_constant__: the table stays in the parameter bank and is indexed there, never copied per thread.
-__global__ void adamw_multi_tensor_kernel(const __grid_constant__ AdamWTable table, const AdamWStep s) {
+// With `from_memory` (a step replayed by a CUDA graph) lr, the bias corrections and the gradient factor are read
+// from device memory, and each gradient is zeroed once read.
+__global__ void adamw_multi_tensor_kernel(const __grid_constant__ AdamWTable table, AdamWStep s,
+                                          const AdamWDeviceScalars* __restrict__ from_memory) {
+  float grad_factor = 1.0f;
+  if (from_memory) {
+    s.lr = from_memory->lr;
+    s.bias_correction1 = from_memory->bias_correction1;
+    s.bias_correction2 = from_memory->bias_correction2;
+    grad_factor = from_memory->grad_factor;
+  }
   const int64_t chunk = blockIdx.x;
   int lo = 0, hi = table.count - 1;  // the last tensor whose first chunk is <= this block's chunk
   while (lo < hi) {
@@ -42,13 +52,14 @@ __global__ void adamw_multi_tensor_kernel(const __grid_constant__ AdamWTable tab
   const int64_t begin = (chunk - table.first_chunk[lo]) * kChunk;
   const int64_t end = begin + kChunk < t.numel ? begin + kChunk : t.numel;
   float* __restrict__ p = t.param;
-  const float* __restrict__ g = t.grad;
+  float* __restrict__ g = t.grad;
   float* __restrict__ m = t.exp_avg;
   float* __restrict__ v = t.exp_avg_sq;
   __nv_bfloat16* __restrict__ copy = reinterpret_cast<__nv_bfloat16*>(t.bf16_copy);
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
     // The CPU update's arithmetic in the same order (optim/adamw/adamw.cpp), so both agree to rounding.
-    const float gi = g[i];
+    const float gi = from_memory ? g[i] * grad_factor : g[i];
+    if (from_memory) g[i] = 0.0f;
     const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * gi;
     const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * gi * gi;
     m[i] = mi;
@@ -63,7 +74,8 @@ __global__ void adamw_multi_tensor_kernel(const __grid_constant__ AdamWTable tab
 
 }  // namespace
 
-void adamw_update_many_cuda(const std::vector<AdamWTensor>& tensors, const AdamWStep& s, Device device) {
+void adamw_update_many_cuda(const std::vector<AdamWTensor>& tensors, const AdamWStep& s, Device device,
+                            const AdamWDeviceScalars* device_scalars) {
   RETORT_CUDA_CHECK(cudaSetDevice(device.index));
   AdamWTable table;
   size_t next = 0;
@@ -79,7 +91,8 @@ void adamw_update_many_cuda(const std::vector<AdamWTensor>& tensors, const AdamW
     }
     if (table.count == 0) continue;
     RETORT_CHECK(chunks <= 0x7fffffff, "AdamW: {} chunks exceed one launch's grid", chunks);
-    adamw_multi_tensor_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, cuda::current_stream()>>>(table, s);
+    adamw_multi_tensor_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, cuda::current_stream()>>>(table, s,
+                                                                                                device_scalars);
     RETORT_CUDA_CHECK_LAUNCH();
   }
 }

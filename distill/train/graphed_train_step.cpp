@@ -1,0 +1,282 @@
+#include "distill/train/graphed_train_step.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "core/autograd/grad_mode.h"
+#include "core/ops/ops.h"
+#include "core/util/error.h"
+#include "optim/grad_norm_on_device.h"
+
+#ifdef RETORT_WITH_CUDA
+#include "core/cuda/cuda_context.h"
+#include "core/cuda/cuda_graph.h"
+#endif
+
+namespace retort::distill {
+
+std::optional<std::string> graphed_step_refusal(Device device, int tp_size, int dp_size, const std::string& optimizer,
+                                                bool objective_graphable) {
+#ifndef RETORT_WITH_CUDA
+  (void)device, (void)tp_size, (void)dp_size, (void)optimizer, (void)objective_graphable;
+  return std::string("this build has no CUDA backend");
+#else
+  if (!device.is_cuda()) return std::string("the run is on the CPU");
+  if (tp_size > 1 || dp_size > 1)
+    return "the run has " + std::to_string(tp_size * dp_size) +
+           " ranks (graphed steps are recorded for one GPU without collectives)";
+  if (optimizer != "adamw") return "the optimizer is " + optimizer + " (graphed steps update with adamw)";
+  if (!objective_graphable)
+    return std::string(
+        "the objective reads more than the labels' cross-entropy on the host (a teacher, a cache, label smoothing or "
+        "z-loss reported beside the loss)");
+  return std::nullopt;
+#endif
+}
+
+namespace {
+
+// A small block of host memory the graphs copy from or to: pinned on a GPU (a graph's copy node needs page-locked
+// memory, and reads it when replayed, not when recorded), plain on the CPU.
+class HostStaging {
+ public:
+  HostStaging(size_t bytes, Device device) : bytes_(bytes), pinned_(device.is_cuda()) {
+#ifdef RETORT_WITH_CUDA
+    if (pinned_) {
+      RETORT_CUDA_CHECK(cudaMallocHost(&data_, bytes_));
+      std::memset(data_, 0, bytes_);
+      return;
+    }
+#endif
+    plain_.assign(bytes_, 0);
+    data_ = plain_.data();
+  }
+  ~HostStaging() {
+#ifdef RETORT_WITH_CUDA
+    if (pinned_ && data_) cudaFreeHost(data_);
+#endif
+  }
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  size_t bytes_;
+  bool pinned_;
+  void* data_ = nullptr;
+  std::vector<char> plain_;
+};
+
+}  // namespace
+
+struct GraphedTrainStep::State {
+  GptModel& model;
+  optim::AdamW& optimizer;
+  GraphedStepOptions options;
+  Device device;
+  int64_t tokens_per_micro;
+  // [inputs | targets] of one micro-batch (i32), the update's AdamWDeviceScalars, and the results (loss, norm).
+  HostStaging host_ids, host_scalars, host_results;
+  Tensor ids, inputs, targets, scalars, results;
+  std::vector<Tensor> grads;  // the gradients the update reads, found after the first backward
+#ifdef RETORT_WITH_CUDA
+  cuda::CudaGraph micro_graph, update_graph;
+#endif
+  int64_t micro_calls = 0, update_calls = 0;
+  bool recording_failed = false;
+  std::string fallback_reason;
+
+  State(GptModel& m, optim::AdamW& o, const GraphedStepOptions& opt, Device d)
+      : model(m),
+        optimizer(o),
+        options(opt),
+        device(d),
+        tokens_per_micro(opt.batch * opt.seq),
+        host_ids(static_cast<size_t>(2 * opt.batch * opt.seq) * sizeof(int32_t), d),
+        host_scalars(sizeof(optim::AdamWDeviceScalars), d),
+        host_results(2 * sizeof(float), d) {
+    ids = Tensor::zeros({2 * tokens_per_micro}, DType::I32, device);
+    inputs = ids.rows(0, tokens_per_micro).view({opt.batch, opt.seq});
+    targets = ids.rows(tokens_per_micro, tokens_per_micro).view({opt.batch, opt.seq});
+    scalars = Tensor::zeros({4}, DType::F32, device);
+    results = Tensor::zeros({2}, DType::F32, device);
+  }
+
+  // Host staging -> device tensor (enqueued: a graph records the copy and repeats it on every replay).
+  void copy_in(Tensor& to, const HostStaging& from) {
+    if (device.is_cpu()) {
+      std::memcpy(to.raw_data(), from.data(), from.bytes());
+      return;
+    }
+#ifdef RETORT_WITH_CUDA
+    RETORT_CUDA_CHECK(cudaMemcpyAsync(to.raw_data(), from.data(), from.bytes(), cudaMemcpyHostToDevice,
+                                      cuda::compute_stream(device.index)));
+#endif
+  }
+  void copy_out(HostStaging& to, size_t offset, const Tensor& from) {
+    char* dst = static_cast<char*>(to.data()) + offset;
+    if (device.is_cpu()) {
+      std::memcpy(dst, from.raw_data(), from.nbytes());
+      return;
+    }
+#ifdef RETORT_WITH_CUDA
+    RETORT_CUDA_CHECK(cudaMemcpyAsync(dst, from.raw_data(), from.nbytes(), cudaMemcpyDeviceToHost,
+                                      cuda::compute_stream(device.index)));
+#endif
+  }
+  void wait() {
+#ifdef RETORT_WITH_CUDA
+    if (device.is_cuda()) RETORT_CUDA_CHECK(cudaStreamSynchronize(cuda::compute_stream(device.index)));
+#endif
+  }
+  float result(int index) const { return static_cast<const float*>(host_results.data())[index]; }
+
+  // One micro-batch: every call is the same device work on the same buffers, so a graph can repeat it.
+  void enqueue_micro() {
+    copy_in(ids, host_ids);
+    const Tensor logits = model.forward(inputs, options.compute_dtype);
+    const Tensor loss = losses::cross_entropy(logits, targets, options.loss);
+    Tensor loss_slot = results.rows(0, 1);
+    loss_slot.copy_(loss.to(DType::F32).view({1}));
+    const Tensor scaled = options.grad_accum == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(options.grad_accum));
+    scaled.backward();
+    copy_out(host_results, 0, loss_slot);
+  }
+
+  void enqueue_update() {
+    NoGradGuard no_grad;
+    copy_in(scalars, host_scalars);
+    float* s = scalars.data<float>();
+    optim::grad_norm_and_clip_factor(grads, options.max_norm, results.data<float>() + 1, s + 3, device);
+    optimizer.enqueue_update_from_device(s);
+    copy_out(host_results, sizeof(float), results.rows(1, 1));
+  }
+
+  // The first call of each part runs eagerly (it makes what the graph will reuse), the second records the graph,
+  // and every call from then on replays it; on the CPU, with recording off or after a failed recording, every call
+  // is eager.
+#ifdef RETORT_WITH_CUDA
+  void run(cuda::CudaGraph& graph, int64_t& calls, const std::function<void()>& work, const char* part) {
+    const bool eager = device.is_cpu() || !options.record_graphs || recording_failed || calls == 0;
+    ++calls;
+    if (eager) return work();
+    cudaStream_t stream = cuda::compute_stream(device.index);
+    if (!graph.ready()) {
+      if (calls == 2) release_cached_blocks();
+      std::string why;
+      graph = cuda::CudaGraph::record(stream, work, &why);
+      if (!graph.ready()) {
+        recording_failed = true;
+        fallback_reason = fmt::format("the {} could not be recorded as a CUDA graph: {}", part, why);
+        spdlog::warn("train: {}; the steps run without graphs", fallback_reason);
+        return work();
+      }
+      spdlog::info("train: the {} is one CUDA graph of {} nodes ({})", part, graph.nodes(), graph.node_kinds());
+    }
+    graph.launch(stream);
+  }
+
+  // The eager first step's activations sit freed in the stream-ordered pool (which keeps what it frees); a graph
+  // takes its memory from its own pool, so without this the device would hold both.
+  void release_cached_blocks() {
+    wait();
+    cudaMemPool_t pool = nullptr;
+    RETORT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device.index));
+    RETORT_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  }
+#endif
+};
+
+GraphedTrainStep::GraphedTrainStep(GptModel& model, optim::AdamW& optimizer, const GraphedStepOptions& options,
+                                   Device device)
+    : state_(std::make_unique<State>(model, optimizer, options, device)) {
+  RETORT_CHECK(options.batch > 0 && options.seq > 0 && options.grad_accum > 0,
+               "GraphedTrainStep: batch {}, seq {} and grad_accum {} must be positive", options.batch, options.seq,
+               options.grad_accum);
+}
+
+GraphedTrainStep::~GraphedTrainStep() {
+  // Queued replays may still read the staging buffers and the graphs' memory.
+  if (state_) state_->wait();
+}
+
+double GraphedTrainStep::micro_batch(const data::TokenBatch& batch) {
+  State& s = *state_;
+  RETORT_CHECK(batch.batch == s.options.batch && batch.seq == s.options.seq,
+               "GraphedTrainStep: a micro-batch of {} x {} for steps recorded at {} x {}", batch.batch, batch.seq,
+               s.options.batch, s.options.seq);
+  // The ids are checked here, on the host, because the graph's loss cannot stop on a bad one.
+  const int64_t vocab = s.model.config().vocab_size;
+  const int ignore = s.options.loss.ignore_index;
+  for (size_t i = 0; i < batch.targets.size(); ++i) {
+    const int32_t t = batch.targets[i];
+    RETORT_INPUT_CHECK(t == ignore || (t >= 0 && t < vocab),
+                       "cross_entropy: target {} at row {} is outside the vocabulary of {} (ignore_index is {}): the "
+                       "data and the model disagree on the vocabulary",
+                       t, i, vocab, ignore);
+  }
+  for (size_t i = 0; i < batch.inputs.size(); ++i)
+    RETORT_INPUT_CHECK(batch.inputs[i] >= 0 && batch.inputs[i] < vocab,
+                       "input id {} at position {} is outside the vocabulary of {}: the data and the model disagree "
+                       "on the vocabulary",
+                       batch.inputs[i], i, vocab);
+  auto* staged = static_cast<int32_t*>(s.host_ids.data());
+  std::memcpy(staged, batch.inputs.data(), batch.inputs.size() * sizeof(int32_t));
+  std::memcpy(staged + s.tokens_per_micro, batch.targets.data(), batch.targets.size() * sizeof(int32_t));
+#ifdef RETORT_WITH_CUDA
+  s.run(s.micro_graph, s.micro_calls, [&s] { s.enqueue_micro(); }, "micro-batch (forward, loss, backward)");
+#else
+  ++s.micro_calls;
+  s.enqueue_micro();
+#endif
+  s.wait();  // the loss, and the staging buffer free for the next micro-batch
+  if (s.grads.empty()) {
+    for (const auto& group : s.optimizer.groups())
+      for (const auto& [name, p] : group.params)
+        if (p.grad().defined()) s.grads.push_back(p.grad());
+  }
+  return s.result(0);
+}
+
+double GraphedTrainStep::update(double lr) {
+  State& s = *state_;
+  RETORT_CHECK(!s.grads.empty(), "GraphedTrainStep::update before any micro_batch: there are no gradients");
+  const auto [c1, c2] = s.optimizer.next_bias_corrections();
+  *static_cast<optim::AdamWDeviceScalars*>(s.host_scalars.data()) = optim::AdamWDeviceScalars{
+      static_cast<float>(lr), static_cast<float>(c1), static_cast<float>(c2), 1.0f};
+#ifdef RETORT_WITH_CUDA
+  s.run(s.update_graph, s.update_calls, [&s] { s.enqueue_update(); }, "update (norm, clip, AdamW)");
+#else
+  ++s.update_calls;
+  s.enqueue_update();
+#endif
+  s.wait();
+  s.optimizer.advance_step();
+  return s.result(1);
+}
+
+bool GraphedTrainStep::graphed() const {
+#ifdef RETORT_WITH_CUDA
+  return state_->micro_graph.ready() && state_->update_graph.ready() && !state_->recording_failed;
+#else
+  return false;
+#endif
+}
+
+const std::string& GraphedTrainStep::fallback_reason() const {
+  return state_->fallback_reason;
+}
+
+int64_t GraphedTrainStep::graph_nodes() const {
+#ifdef RETORT_WITH_CUDA
+  return state_->micro_graph.nodes() + state_->update_graph.nodes();
+#else
+  return 0;
+#endif
+}
+
+}  // namespace retort::distill

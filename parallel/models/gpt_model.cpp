@@ -172,10 +172,20 @@ void GptModel::initialize(uint64_t seed) {
   }
 }
 
+const Tensor& GptModel::device_constant(const std::string& key, Device device,
+                                       const std::function<Tensor()>& make) const {
+  const std::lock_guard lock(constants_mutex_);
+  auto [it, inserted] = constants_.try_emplace(key + "@" + device.str());
+  if (inserted) it->second = make();
+  return it->second;
+}
+
 Tensor GptModel::rope_frequencies(Device device) const {
   if (!config_.llama_family()) return Tensor();
-  const std::vector<float> inv_freq = rope_inv_freq(config_.rope, config_.head_size());
-  return Tensor::from_floats(inv_freq, {static_cast<int64_t>(inv_freq.size())}, DType::F32, device);
+  return device_constant("rope_inv_freq", device, [&] {
+    const std::vector<float> inv_freq = rope_inv_freq(config_.rope, config_.head_size());
+    return Tensor::from_floats(inv_freq, {static_cast<int64_t>(inv_freq.size())}, DType::F32, device);
+  });
 }
 
 Tensor GptModel::embed(const Tensor& ids, const Tensor& positions, DType compute_dtype) const {
@@ -196,7 +206,8 @@ Tensor GptModel::head_of_normed(const Tensor& x, DType compute_dtype) const {
   // the -inf keeps every other reader of the logits (an argmax, an export of logits) off the padding too.
   ShardingSpec spec = logits.sharding();
   spec.full_extent = config_.vocab_size;
-  Tensor masked = ops::add_bias(logits, nn::to_compute(vocab_mask_.to(logits.device()), logits.dtype()));
+  const Tensor& mask = device_constant("vocab_mask", logits.device(), [&] { return vocab_mask_.to(logits.device()); });
+  Tensor masked = ops::add_bias(logits, nn::to_compute(mask, logits.dtype()));
   masked.set_sharding(spec);
   return masked;
 }
@@ -207,9 +218,11 @@ Tensor GptModel::forward(const Tensor& ids, DType compute_dtype) const {
   const int64_t B = ids.size(0), T = ids.size(1);
   RETORT_INPUT_CHECK(T <= config_.block_size, "sequence length {} exceeds the model's context (model.block_size = {})",
                      T, config_.block_size);
-  std::vector<int32_t> positions(static_cast<size_t>(B * T));
-  for (int64_t i = 0; i < B * T; ++i) positions[i] = static_cast<int32_t>(i % T);
-  Tensor pos = Tensor::from_ints(positions, {B, T}, ids.device());
+  const Tensor& pos = device_constant(fmt::format("positions {}x{}", B, T), ids.device(), [&] {
+    std::vector<int32_t> positions(static_cast<size_t>(B * T));
+    for (int64_t i = 0; i < B * T; ++i) positions[i] = static_cast<int32_t>(i % T);
+    return Tensor::from_ints(positions, {B, T}, ids.device());
+  });
   // Each block leaves its last output pending; the next norm (the final one after the last block) adds it.
   ResidualStream stream{embed(ids, pos, compute_dtype), Tensor()};
   for (const auto& block : blocks_) stream = block->forward_stream(stream, compute_dtype);

@@ -13,7 +13,10 @@
 // A vocabulary that does not divide by n is padded to the next multiple with zero rows; the logits of the padded
 // ids are -inf, so no loss, top-k or sampler can pick them.
 // Without a group (or with one rank) it is the plain dense model, parameter for parameter.
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -149,6 +152,10 @@ class GptModel : public nn::Module {
 
  private:
   Tensor embed(const Tensor& ids, const Tensor& positions, DType compute_dtype) const;
+  // A small constant the forward needs on `device` on every call (each row's positions 0..T-1, the rotary
+  // frequencies, the padded ids' mask), made by `make` on first use and kept per key and device: a copy from host
+  // memory on every forward would wait for the device each time and could not be recorded in a CUDA graph.
+  const Tensor& device_constant(const std::string& key, Device device, const std::function<Tensor()>& make) const;
   // The final norm and the head: logits [..., padded_vocab / tp], padded ids at -inf.
   Tensor head(const Tensor& x, DType compute_dtype) const;
   // The head on the final norm's output.
@@ -167,6 +174,9 @@ class GptModel : public nn::Module {
   std::shared_ptr<nn::Norm> ln_f_;
   std::shared_ptr<tp::ColumnParallelLinear> lm_head_;  // absent when tied
   Tensor vocab_mask_;  // f32 [padded_vocab / tp]: 0, or -inf at padded ids; undefined without padding
+  // device_constant's tensors, by key and device.
+  mutable std::mutex constants_mutex_;
+  mutable std::map<std::string, Tensor> constants_;
 };
 
 }  // namespace retort

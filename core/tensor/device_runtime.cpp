@@ -61,7 +61,6 @@ void* allocate(size_t nbytes, Device device) {
   if (device.is_cpu()) return host_allocator::allocate(nbytes);
 #ifdef RETORT_WITH_CUDA
   if (void* carved = CaptureArena::carve_if_open(nbytes, device)) return carved;
-  AllocationTally::add(nbytes);
   DeviceGuard guard(device.index);
   void* ptr = nullptr;
   cudaError_t status = cudaMallocAsync(&ptr, nbytes, cuda::compute_stream(device.index));
@@ -71,6 +70,7 @@ void* allocate(size_t nbytes, Device device) {
                             device.str(), nbytes / 1048576.0));
   }
   RETORT_CUDA_CHECK(status);
+  AllocationTally::add(ptr, nbytes);
   return ptr;
 #else
   no_cuda();
@@ -84,7 +84,8 @@ void release(void* ptr, size_t nbytes, Device device) {
     return;
   }
 #ifdef RETORT_WITH_CUDA
-  if (CaptureArena::owns(ptr)) return;  // the arena gives its block back whole
+  if (CaptureArena::release_if_owned(ptr, nbytes)) return;  // the arena keeps it, or gives its block back whole
+  AllocationTally::remove(ptr);
   DeviceGuard guard(device.index);
   cudaFreeAsync(ptr, cuda::compute_stream(device.index));  // never throw from a destructor path
 #endif

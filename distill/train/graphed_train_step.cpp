@@ -14,6 +14,7 @@
 #ifdef RETORT_WITH_CUDA
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/cuda_graph.h"
+#include "core/tensor/capture_arena.h"
 #endif
 
 namespace retort::distill {
@@ -84,7 +85,15 @@ struct GraphedTrainStep::State {
   Tensor ids, inputs, targets, scalars, results;
   std::vector<Tensor> grads;  // the gradients the update reads, found after the first backward
 #ifdef RETORT_WITH_CUDA
-  cuda::CudaGraph micro_graph, update_graph;
+  // One recorded part of the step: its graph, and the arena its tensors come from (sized from the eager first call's
+  // peak, reusing freed blocks, so the graph has no memory nodes: at GPT-2 scale the pool's allocation and free
+  // nodes cost more than the kernel launches a graph saves).
+  struct Part {
+    std::unique_ptr<CaptureArena> arena;  // declared first: destroyed after the graph that uses it
+    cuda::CudaGraph graph;
+    size_t eager_peak = 0;
+  };
+  Part micro_part, update_part;
 #endif
   int64_t micro_calls = 0, update_calls = 0;
   bool recording_failed = false;
@@ -160,24 +169,46 @@ struct GraphedTrainStep::State {
   // and every call from then on replays it; on the CPU, with recording off or after a failed recording, every call
   // is eager.
 #ifdef RETORT_WITH_CUDA
-  void run(cuda::CudaGraph& graph, int64_t& calls, const std::function<void()>& work, const char* part) {
-    const bool eager = device.is_cpu() || !options.record_graphs || recording_failed || calls == 0;
+  void run(Part& part, int64_t& calls, const std::function<void()>& work, const char* name) {
     ++calls;
-    if (eager) return work();
+    if (device.is_cpu() || !options.record_graphs || recording_failed) return work();
+    if (calls == 1) {
+      const AllocationTally tally;
+      work();
+      part.eager_peak = tally.peak_bytes();
+      return;
+    }
     cudaStream_t stream = cuda::compute_stream(device.index);
-    if (!graph.ready()) {
+    if (!part.graph.ready()) {
       if (calls == 2) release_cached_blocks();
+      // A quarter more than the eager peak, for the fragmentation of a different order of frees.
+      part.arena = std::make_unique<CaptureArena>(device, part.eager_peak + part.eager_peak / 4 + (64 << 20),
+                                                  CaptureArena::Reuse::kAfterFree);
       std::string why;
-      graph = cuda::CudaGraph::record(stream, work, &why);
-      if (!graph.ready()) {
+      {
+        const CaptureArena::Scope scope(*part.arena);
+        part.graph = cuda::CudaGraph::record(stream, work, &why);
+      }
+      if (!part.graph.ready()) {
+        drop_graphs();
         recording_failed = true;
-        fallback_reason = fmt::format("the {} could not be recorded as a CUDA graph: {}", part, why);
+        fallback_reason = fmt::format("the {} could not be recorded as a CUDA graph: {}", name, why);
         spdlog::warn("train: {}; the steps run without graphs", fallback_reason);
         return work();
       }
-      spdlog::info("train: the {} is one CUDA graph of {} nodes ({})", part, graph.nodes(), graph.node_kinds());
+      spdlog::info("train: the {} is one CUDA graph of {} nodes ({}), {:.1f} MiB of activations", name,
+                   part.graph.nodes(), part.graph.node_kinds(), part.arena->used() / 1048576.0);
     }
-    graph.launch(stream);
+    part.graph.launch(stream);
+  }
+
+  // Graphs first: they use their arenas' memory.
+  void drop_graphs() {
+    wait();
+    for (Part* part : {&micro_part, &update_part}) {
+      part->graph = cuda::CudaGraph();
+      part->arena.reset();
+    }
   }
 
   // The eager first step's activations sit freed in the stream-ordered pool (which keeps what it frees); a graph
@@ -228,7 +259,7 @@ double GraphedTrainStep::micro_batch(const data::TokenBatch& batch) {
   std::memcpy(staged, batch.inputs.data(), batch.inputs.size() * sizeof(int32_t));
   std::memcpy(staged + s.tokens_per_micro, batch.targets.data(), batch.targets.size() * sizeof(int32_t));
 #ifdef RETORT_WITH_CUDA
-  s.run(s.micro_graph, s.micro_calls, [&s] { s.enqueue_micro(); }, "micro-batch (forward, loss, backward)");
+  s.run(s.micro_part, s.micro_calls, [&s] { s.enqueue_micro(); }, "micro-batch (forward, loss, backward)");
 #else
   ++s.micro_calls;
   s.enqueue_micro();
@@ -249,7 +280,7 @@ double GraphedTrainStep::update(double lr) {
   *static_cast<optim::AdamWDeviceScalars*>(s.host_scalars.data()) = optim::AdamWDeviceScalars{
       static_cast<float>(lr), static_cast<float>(c1), static_cast<float>(c2), 1.0f};
 #ifdef RETORT_WITH_CUDA
-  s.run(s.update_graph, s.update_calls, [&s] { s.enqueue_update(); }, "update (norm, clip, AdamW)");
+  s.run(s.update_part, s.update_calls, [&s] { s.enqueue_update(); }, "update (norm, clip, AdamW)");
 #else
   ++s.update_calls;
   s.enqueue_update();
@@ -261,7 +292,7 @@ double GraphedTrainStep::update(double lr) {
 
 bool GraphedTrainStep::graphed() const {
 #ifdef RETORT_WITH_CUDA
-  return state_->micro_graph.ready() && state_->update_graph.ready() && !state_->recording_failed;
+  return state_->micro_part.graph.ready() && state_->update_part.graph.ready() && !state_->recording_failed;
 #else
   return false;
 #endif
@@ -273,7 +304,7 @@ const std::string& GraphedTrainStep::fallback_reason() const {
 
 int64_t GraphedTrainStep::graph_nodes() const {
 #ifdef RETORT_WITH_CUDA
-  return state_->micro_graph.nodes() + state_->update_graph.nodes();
+  return state_->micro_part.graph.nodes() + state_->update_part.graph.nodes();
 #else
   return 0;
 #endif

@@ -86,6 +86,47 @@ TEST(CaptureArenaCuda, CapturedWorkHasNoMemoryNodesAndReplaysTheEagerResult) {
   cudaGraphDestroy(graph);
 }
 
+// A reusing arena: the intermediate a * b is freed before gelu's output is made, so the capture takes the eager
+// peak (two live temporaries at most) instead of all three outputs, and replays still give the eager result.
+TEST(CaptureArenaCuda, AReusingArenaTakesThePeakAndReplaysTheEagerResult) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const int64_t n = 4096;
+  const Tensor a = Tensor::from_floats(values(n, 0.1f), {n}, DType::F32, gpu);
+  const Tensor b = Tensor::from_floats(values(n, -0.05f), {n}, DType::F32, gpu);
+  size_t total = 0, peak = 0;
+  std::vector<float> eager;
+  {
+    const AllocationTally tally;
+    eager = some_work(a, b).to_floats();
+    total = tally.bytes();
+    peak = tally.peak_bytes();
+  }
+  EXPECT_LT(peak, total) << "a * b is freed before the last output is made";
+  CaptureArena arena(gpu, peak, CaptureArena::Reuse::kAfterFree);
+  Tensor out = Tensor::empty({n}, DType::F32, gpu);
+  cudaStream_t stream = cuda::compute_stream(0);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  {
+    const CaptureArena::Scope scope(arena);
+    const Tensor y = some_work(a, b);
+    ASSERT_EQ(cudaMemcpyAsync(out.raw_data(), y.raw_data(), n * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+              cudaSuccess);
+  }
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  EXPECT_LE(arena.used(), peak);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    ASSERT_EQ(cudaMemsetAsync(out.raw_data(), 0xff, n * sizeof(float), stream), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    EXPECT_EQ(out.to_floats(), eager) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 TEST(CaptureArenaCuda, AFullArenaNamesItsSizes) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);

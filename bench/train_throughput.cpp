@@ -60,10 +60,13 @@ int main(int argc, char** argv) {
   app.add_flag("--untied", untied, "a separate LM head");
   app.add_option("--warmup", warmup);
   app.add_option("--steps", steps);
-  bool per_step_casts = false, profile_ops = false, cuda_graphs = false;
+  bool per_step_casts = false, profile_ops = false, cuda_graphs = false, graphed_work_eager = false;
   double grad_clip = 0;
   app.add_flag("--cuda-graphs", cuda_graphs,
                "replay each step after the first as CUDA graphs (the trainer's train.cuda_graphs path)");
+  app.add_flag("--graphed-work-eager", graphed_work_eager,
+               "with --cuda-graphs: the graphed step's work enqueued eagerly, never recorded (tells the graphs' own "
+               "cost from that of their work)");
   app.add_option("--grad-clip", grad_clip, "clip the global gradient norm at this value (0: no clipping)");
   app.add_flag("--per-step-casts", per_step_casts,
                "cast every f32 weight to the compute dtype on every forward instead of keeping bf16 working copies "
@@ -126,6 +129,7 @@ int main(int argc, char** argv) {
     options.seq = config.block_size;
     options.max_norm = grad_clip;
     options.compute_dtype = dtype;
+    options.record_graphs = !graphed_work_eager;
     graphed = std::make_unique<distill::GraphedTrainStep>(model, optimizer, options, device);
   }
   data::TokenBatch host_batch{batch, config.block_size, inputs, targets, {}};

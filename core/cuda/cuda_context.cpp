@@ -6,6 +6,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/tensor/device_runtime.h"
+
 namespace retort::cuda {
 namespace {
 
@@ -125,12 +127,12 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
                           cublasGetStatusString(status), call, base ? base + 1 : file, line));
 }
 
-ScratchBuffer::ScratchBuffer(size_t nbytes) {
-  if (nbytes > 0) RETORT_CUDA_CHECK(cudaMallocAsync(&ptr_, nbytes, current_stream()));
+ScratchBuffer::ScratchBuffer(size_t nbytes) : nbytes_(nbytes), device_(current_device()) {
+  if (nbytes > 0) ptr_ = device_runtime::allocate(nbytes, Device::cuda(device_));
 }
 
 ScratchBuffer::~ScratchBuffer() {
-  if (ptr_) cudaFreeAsync(ptr_, current_stream());
+  if (ptr_) device_runtime::release(ptr_, nbytes_, Device::cuda(device_));
 }
 
 }  // namespace retort::cuda

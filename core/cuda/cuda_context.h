@@ -56,7 +56,8 @@ std::optional<DeviceErrorRecord> take_device_error();
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
 
-// A device buffer for scratch space inside one kernel launch sequence (from the stream-ordered pool).
+// A device buffer for scratch space inside one kernel launch sequence, on the current device, from the allocator
+// every tensor uses (device_runtime: the stream-ordered pool, or a capture arena while a CUDA graph is recorded).
 class ScratchBuffer {
  public:
   explicit ScratchBuffer(size_t nbytes);
@@ -67,6 +68,8 @@ class ScratchBuffer {
 
  private:
   void* ptr_ = nullptr;
+  size_t nbytes_ = 0;
+  int device_ = 0;
 };
 
 }  // namespace retort::cuda

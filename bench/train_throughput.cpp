@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
   const Tensor y_device = y.to(device);
   std::unique_ptr<distill::GraphedTrainStep> graphed;
   if (cuda_graphs) {
-    RETORT_INPUT_CHECK(!profile_ops, "--profile-ops times the eager step's ops: run it without --cuda-graphs");
+    RETORT_INPUT_CHECK(!profile_ops || graphed_work_eager,
+                       "--profile-ops times ops as they are enqueued: with --cuda-graphs add --graphed-work-eager");
     RETORT_INPUT_CHECK(!tp_group && device.is_cuda(), "--cuda-graphs measures one GPU: pass --device cuda, no launch");
     distill::GraphedStepOptions options;
     options.batch = batch;

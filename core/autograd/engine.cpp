@@ -108,10 +108,13 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
     const auto& node = t.grad_fn();
     if (!node) {
       // A leaf: accumulate. The first gradient is copied, since a backward closure may hand the same
-      // tensor to several inputs; later ones are added in place.
+      // tensor to several inputs; later ones are added in place. A stale buffer (mark_grad_stale) is written over.
       Tensor& current = t.impl()->autograd.grad;
       if (!current.defined()) {
         current = grad.dtype() == t.dtype() ? grad.clone() : grad.to(t.dtype());
+      } else if (t.impl()->autograd.grad_stale) {
+        current.copy_(grad.dtype() == current.dtype() ? grad : grad.to(current.dtype()));
+        t.impl()->autograd.grad_stale = false;
       } else {
         Tensor g = grad.dtype() == current.dtype() ? grad : grad.to(current.dtype());
         kernels::add(current, g, current, 1.0f, 1.0f);

@@ -250,9 +250,19 @@ const Tensor& Tensor::grad() const {
 }
 void Tensor::set_grad(const Tensor& grad) {
   impl_->autograd.grad = grad;
+  impl_->autograd.grad_stale = false;
 }
 void Tensor::zero_grad() {
   impl_->autograd.grad = Tensor();
+  impl_->autograd.grad_stale = false;
+}
+
+void Tensor::mark_grad_stale() {
+  impl_->autograd.grad_stale = impl_->autograd.grad.defined();
+}
+
+bool Tensor::grad_is_stale() const {
+  return defined() && impl_->autograd.grad_stale;
 }
 
 const std::shared_ptr<Node>& Tensor::grad_fn() const {

@@ -94,6 +94,11 @@ class Tensor {
   const Tensor& grad() const;  // undefined until a backward pass reaches it
   void set_grad(const Tensor& grad);
   void zero_grad();  // drops the gradient
+  // Keeps the gradient's buffer but not its values: the next gradient a backward brings is copied over it instead
+  // of added to it (a CUDA graph that replays a backward needs the buffer at a fixed address). Until then the
+  // gradient counts as absent (grad_is_stale()): an optimizer skips it.
+  void mark_grad_stale();
+  bool grad_is_stale() const;
   const std::shared_ptr<Node>& grad_fn() const;
   void set_grad_fn(std::shared_ptr<Node> node);
   bool is_leaf() const { return grad_fn() == nullptr; }
@@ -115,6 +120,7 @@ class Tensor {
 struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
+  bool grad_stale = false;  // mark_grad_stale(): the next gradient overwrites `grad`
   std::shared_ptr<Node> grad_fn;
 };
 

@@ -93,9 +93,11 @@ struct GraphedTrainStep::State {
     cuda::CudaGraph graph;
     size_t eager_peak = 0;
   };
-  Part micro_part, update_part;
+  // The first micro-batch of a step writes over the gradients, the others add to them: two graphs.
+  Part first_micro_part, later_micro_part, update_part;
 #endif
-  int64_t micro_calls = 0, update_calls = 0;
+  int64_t first_micro_calls = 0, later_micro_calls = 0, update_calls = 0;
+  int64_t micro_in_step = 0;  // micro-batches since the last update
   bool recording_failed = false;
   std::string fallback_reason;
 
@@ -205,7 +207,7 @@ struct GraphedTrainStep::State {
   // Graphs first: they use their arenas' memory.
   void drop_graphs() {
     wait();
-    for (Part* part : {&micro_part, &update_part}) {
+    for (Part* part : {&first_micro_part, &later_micro_part, &update_part}) {
       part->graph = cuda::CudaGraph();
       part->arena.reset();
     }
@@ -258,12 +260,22 @@ double GraphedTrainStep::micro_batch(const data::TokenBatch& batch) {
   auto* staged = static_cast<int32_t*>(s.host_ids.data());
   std::memcpy(staged, batch.inputs.data(), batch.inputs.size() * sizeof(int32_t));
   std::memcpy(staged + s.tokens_per_micro, batch.targets.data(), batch.targets.size() * sizeof(int32_t));
+  const bool first = s.micro_in_step == 0;
+  // The first backward after an update writes over the gradients (recorded as copies, so every replay does the
+  // same): no zeroing pass, no addition to zeros.
+  if (first)
+    for (Tensor p : s.model.parameters()) p.mark_grad_stale();
 #ifdef RETORT_WITH_CUDA
-  s.run(s.micro_part, s.micro_calls, [&s] { s.enqueue_micro(); }, "micro-batch (forward, loss, backward)");
+  if (first)
+    s.run(s.first_micro_part, s.first_micro_calls, [&s] { s.enqueue_micro(); },
+          "first micro-batch of a step (forward, loss, backward)");
+  else
+    s.run(s.later_micro_part, s.later_micro_calls, [&s] { s.enqueue_micro(); },
+          "later micro-batch of a step (forward, loss, backward)");
 #else
-  ++s.micro_calls;
   s.enqueue_micro();
 #endif
+  ++s.micro_in_step;
   s.wait();  // the loss, and the staging buffer free for the next micro-batch
   if (s.grads.empty()) {
     for (const auto& group : s.optimizer.groups())
@@ -282,17 +294,20 @@ double GraphedTrainStep::update(double lr) {
 #ifdef RETORT_WITH_CUDA
   s.run(s.update_part, s.update_calls, [&s] { s.enqueue_update(); }, "update (norm, clip, AdamW)");
 #else
-  ++s.update_calls;
   s.enqueue_update();
 #endif
   s.wait();
+  s.micro_in_step = 0;
   s.optimizer.advance_step();
   return s.result(1);
 }
 
 bool GraphedTrainStep::graphed() const {
 #ifdef RETORT_WITH_CUDA
-  return state_->micro_part.graph.ready() && state_->update_part.graph.ready() && !state_->recording_failed;
+  const State& s = *state_;
+  const bool micro_ready = s.first_micro_part.graph.ready() &&
+                           (s.options.grad_accum == 1 || s.later_micro_part.graph.ready());
+  return micro_ready && s.update_part.graph.ready() && !s.recording_failed;
 #else
   return false;
 #endif
@@ -304,7 +319,8 @@ const std::string& GraphedTrainStep::fallback_reason() const {
 
 int64_t GraphedTrainStep::graph_nodes() const {
 #ifdef RETORT_WITH_CUDA
-  return state_->micro_part.graph.nodes() + state_->update_part.graph.nodes();
+  const State& s = *state_;
+  return s.first_micro_part.graph.nodes() + s.later_micro_part.graph.nodes() + s.update_part.graph.nodes();
 #else
   return 0;
 #endif

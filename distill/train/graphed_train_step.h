@@ -1,15 +1,17 @@
 #pragma once
 // The training step of the labels' cross-entropy replayed as CUDA graphs once its shapes are fixed (the issue's
-// "CUDA graphs for the steady-state step"). Two graphs: one micro-batch's forward, loss and backward (accumulating
-// into the gradients), and the update (the global gradient norm, the clip factor and one multi-tensor AdamW launch
-// that also zeroes the gradients). Between them the host reads the loss, so a NaN still stops the run before the
-// update, exactly as in the eager loop. The step-dependent scalars (learning rate, bias corrections) and the
-// batch's ids reach the graphs through pinned staging buffers copied in by the graphs themselves.
+// "CUDA graphs for the steady-state step"). Graphs for one micro-batch's forward, loss and backward (the first of a
+// step writing over the gradients, the later ones adding to them) and for the update (the global gradient norm, the
+// clip factor and one multi-tensor AdamW launch). Between them the host reads the loss, so a NaN still stops the
+// run before the update, exactly as in the eager loop. The step-dependent scalars (learning rate, bias corrections)
+// and the batch's ids reach the graphs through pinned staging buffers copied in by the graphs themselves.
 //
 // The first step runs eagerly (it makes the gradients, the working copies and the library workspaces that the
-// graphs then reuse at fixed addresses); the second records both graphs, and every later step replays them. If a
-// recording fails, the step says why (fallback_reason) and runs the same work eagerly from then on: the results are
-// the same either way (the update's arithmetic is one kernel in both). On the CPU everything runs eagerly.
+// graphs then reuse at fixed addresses, and measures the peak its activations need); the second records the graphs,
+// their tensors carved from arenas of that size that reuse freed blocks (no memory nodes), and every later step
+// replays them. If a recording fails, the step says why (fallback_reason) and runs the same work eagerly from then
+// on: the results are the same either way (the update's arithmetic is one kernel in both). On the CPU everything
+// runs eagerly.
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,8 +48,8 @@ class GraphedTrainStep {
   // One micro-batch (batch x seq ids and targets, targets checked against the vocabulary here): forward, loss and
   // backward into the gradients. Returns its loss, unscaled (waits for it).
   double micro_batch(const data::TokenBatch& batch);
-  // The update at learning rate `lr` over the gradients accumulated since the last one, which it leaves at zero.
-  // Returns the gradient norm before clipping (waits for it).
+  // The update at learning rate `lr` over the gradients accumulated since the last one (the next micro-batch
+  // writes over them). Returns the gradient norm before clipping (waits for it).
   double update(double lr);
 
   // Whether the micro-batch and the update now replay as graphs.

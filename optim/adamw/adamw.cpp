@@ -26,7 +26,7 @@ void adamw_update_cpu(const AdamWTensor& t, AdamWStep s, const AdamWDeviceScalar
     grad_factor = from_memory->grad_factor;
   }
   float* p = t.param;
-  float* g = t.grad;
+  const float* g = t.grad;
   float* m = t.exp_avg;
   float* v = t.exp_avg_sq;
   BFloat16* copy = t.bf16_copy;
@@ -35,7 +35,6 @@ void adamw_update_cpu(const AdamWTensor& t, AdamWStep s, const AdamWDeviceScalar
   for (int64_t i = 0; i < n; ++i) {
     // The factor is applied only when read from memory, so the plain update's arithmetic stays as it was.
     const float gi = from_memory ? g[i] * grad_factor : g[i];
-    if (from_memory) g[i] = 0.0f;
     m[i] = s.beta1 * m[i] + (1.0f - s.beta1) * gi;
     v[i] = s.beta2 * v[i] + (1.0f - s.beta2) * gi * gi;
     const float m_hat = m[i] / s.bias_correction1;
@@ -69,7 +68,7 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& ex
                grad.describe(), param.describe());
   AdamWTensor t;
   t.param = param.data<float>();
-  t.grad = grad.data<float>();  // read only: no device scalars here
+  t.grad = grad.data<float>();
   t.exp_avg = exp_avg.data<float>();
   t.exp_avg_sq = exp_avg_sq.data<float>();
   t.numel = param.numel();
@@ -112,7 +111,7 @@ std::vector<std::pair<Device, std::vector<AdamWTensor>>> AdamW::tables(std::vect
     for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
       Tensor& p = groups_[gi].params[pi].second;
       const Tensor& grad = p.grad();
-      if (!grad.defined()) continue;
+      if (!grad.defined() || p.grad_is_stale()) continue;
       RETORT_CHECK(p.dtype() == DType::F32 && grad.dtype() == DType::F32 && p.numel() == grad.numel() &&
                        grad.device() == p.device(),
                    "AdamW needs f32 parameters and gradients of the same size on one device ({}: {} vs {})",

@@ -17,7 +17,7 @@ struct AdamWOptions {
 // parameter's bf16 working copy (core/nn/working_copy.h), rewritten from the updated parameter in the same pass.
 struct AdamWTensor {
   float* param = nullptr;
-  float* grad = nullptr;  // written only by an update that zeroes the gradients (AdamWDeviceScalars)
+  const float* grad = nullptr;
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
   BFloat16* bf16_copy = nullptr;  // null: no working copy
@@ -46,9 +46,9 @@ class AdamW : public Optimizer {
 
   // The update of a step that a CUDA graph replays (distill/train/graphed_train_step.h), which cannot carry the
   // step's learning rate and bias corrections as launch arguments: they are read at run time from
-  // `device_scalars` (f32 AdamWDeviceScalars on the parameters' device), each gradient is multiplied by its
-  // `grad_factor` (the clip factor) as it is read, and set to zero after it (the next backward accumulates into
-  // it). Enqueues only: it changes no host state. Call advance_step() once per update that actually ran.
+  // `device_scalars` (f32 AdamWDeviceScalars on the parameters' device) and each gradient is multiplied by
+  // `grad_factor` (the clip factor) as it is read. Enqueues only: it changes no host state. Call advance_step()
+  // once per update that actually ran.
   void enqueue_update_from_device(const float* device_scalars);
   // The bias corrections of the next step (1 - beta^t, t = steps() + 1), for the caller that stages the scalars.
   std::pair<double, double> next_bias_corrections() const;
@@ -61,7 +61,7 @@ class AdamW : public Optimizer {
   int64_t step_ = 0;
   std::vector<std::vector<Tensor>> exp_avg_, exp_avg_sq_;  // per group, per parameter
 
-  // One table per device of every parameter with a gradient; `copies_written` gets the parameters whose working
+  // One table per device of every parameter with a gradient (not a stale one: Tensor::mark_grad_stale); `copies_written` gets the parameters whose working
   // copy the update rewrites.
   std::vector<std::pair<Device, std::vector<AdamWTensor>>> tables(std::vector<Tensor>* copies_written);
   // The step's scalars for learning rate `lr` at step steps() + 1.
@@ -71,7 +71,7 @@ class AdamW : public Optimizer {
 // Every tensor of `tensors` (all on `device`) updated by one kernel launch on a GPU (one pass over a table of
 // pointers), by one loop per tensor on the CPU. The same arithmetic, in the same order, on both. With
 // `device_scalars` (an AdamWDeviceScalars in `device`'s memory), lr and the bias corrections come from there
-// instead of `s`, each gradient is multiplied by grad_factor when read and zeroed after.
+// instead of `s`, and each gradient is multiplied by grad_factor when read.
 void adamw_update_many(const std::vector<AdamWTensor>& tensors, const AdamWStep& s, Device device,
                        const AdamWDeviceScalars* device_scalars = nullptr);
 

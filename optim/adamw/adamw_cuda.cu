@@ -28,17 +28,20 @@ struct AdamWTable {
 static_assert(sizeof(AdamWTable) + sizeof(AdamWStep) <= 32764, "the AdamW table must fit the kernel parameters");
 
 // __grid_constant__: the table stays in the parameter bank and is indexed there, never copied per thread.
-// With `from_memory` (a step replayed by a CUDA graph) lr, the bias corrections and the gradient factor are read
-// from device memory, and each gradient is zeroed once read.
-__global__ void adamw_multi_tensor_kernel(const __grid_constant__ AdamWTable table, AdamWStep s,
+// kFromMemory (a step replayed by a CUDA graph): lr, the bias corrections and the gradient factor are read from
+// device memory. A template argument, so the plain update is the same code as before.
+template <bool kFromMemory>
+__global__ void adamw_multi_tensor_kernel(const __grid_constant__ AdamWTable table, const AdamWStep step,
                                           const AdamWDeviceScalars* __restrict__ from_memory) {
-  float grad_factor = 1.0f;
-  if (from_memory) {
-    s.lr = from_memory->lr;
-    s.bias_correction1 = from_memory->bias_correction1;
-    s.bias_correction2 = from_memory->bias_correction2;
+  float lr = step.lr, bias_correction1 = step.bias_correction1, bias_correction2 = step.bias_correction2,
+        grad_factor = 1.0f;
+  if constexpr (kFromMemory) {
+    lr = from_memory->lr;
+    bias_correction1 = from_memory->bias_correction1;
+    bias_correction2 = from_memory->bias_correction2;
     grad_factor = from_memory->grad_factor;
   }
+  const AdamWStep& s = step;
   const int64_t chunk = blockIdx.x;
   int lo = 0, hi = table.count - 1;  // the last tensor whose first chunk is <= this block's chunk
   while (lo < hi) {
@@ -52,21 +55,20 @@ __global__ void adamw_multi_tensor_kernel(const __grid_constant__ AdamWTable tab
   const int64_t begin = (chunk - table.first_chunk[lo]) * kChunk;
   const int64_t end = begin + kChunk < t.numel ? begin + kChunk : t.numel;
   float* __restrict__ p = t.param;
-  float* __restrict__ g = t.grad;
+  const float* __restrict__ g = t.grad;
   float* __restrict__ m = t.exp_avg;
   float* __restrict__ v = t.exp_avg_sq;
   __nv_bfloat16* __restrict__ copy = reinterpret_cast<__nv_bfloat16*>(t.bf16_copy);
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
     // The CPU update's arithmetic in the same order (optim/adamw/adamw.cpp), so both agree to rounding.
-    const float gi = from_memory ? g[i] * grad_factor : g[i];
-    if (from_memory) g[i] = 0.0f;
+    const float gi = kFromMemory ? g[i] * grad_factor : g[i];
     const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * gi;
     const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    const float m_hat = mi / s.bias_correction1;
-    const float v_hat = vi / s.bias_correction2;
-    const float pi = p[i] - s.lr * (t.weight_decay * p[i] + m_hat / (sqrtf(v_hat) + s.eps));
+    const float m_hat = mi / bias_correction1;
+    const float v_hat = vi / bias_correction2;
+    const float pi = p[i] - lr * (t.weight_decay * p[i] + m_hat / (sqrtf(v_hat) + s.eps));
     p[i] = pi;
     if (copy) copy[i] = __float2bfloat16_rn(pi);
   }
@@ -91,8 +93,11 @@ void adamw_update_many_cuda(const std::vector<AdamWTensor>& tensors, const AdamW
     }
     if (table.count == 0) continue;
     RETORT_CHECK(chunks <= 0x7fffffff, "AdamW: {} chunks exceed one launch's grid", chunks);
-    adamw_multi_tensor_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, cuda::current_stream()>>>(table, s,
-                                                                                                device_scalars);
+    const unsigned grid = static_cast<unsigned>(chunks);
+    if (device_scalars)
+      adamw_multi_tensor_kernel<true><<<grid, kThreads, 0, cuda::current_stream()>>>(table, s, device_scalars);
+    else
+      adamw_multi_tensor_kernel<false><<<grid, kThreads, 0, cuda::current_stream()>>>(table, s, nullptr);
     RETORT_CUDA_CHECK_LAUNCH();
   }
 }

@@ -2,8 +2,8 @@
 // GPT from the same seed trained for a few steps both ways, with gradient accumulation and a clip that applies,
 // must report the same losses and gradient norms and end with the same weights. On the CPU the graphed step runs
 // its work eagerly (so the arithmetic of its update, its norm and its accumulation is checked in CI); on a GPU (skipped
-// without one) its second step records both graphs and the rest replay them, in f32 and in bf16. Also: the update
-// leaves every gradient at zero, and a bad target id is refused on the host before anything runs.
+// without one) its second step records the graphs and the rest replay them, in f32 and in bf16. Also: a bad target
+// id is refused on the host before anything runs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -57,12 +57,6 @@ void expect_throw_containing(const std::function<void()>& f, const std::string& 
   }
 }
 
-double largest_magnitude(const Tensor& t) {
-  double worst = 0;
-  for (float x : t.to_floats()) worst = std::max(worst, static_cast<double>(std::abs(x)));
-  return worst;
-}
-
 constexpr int64_t kBatch = 2, kSeq = 16, kAccum = 2, kSteps = 5;
 constexpr double kClip = 0.05;  // below the norms of these steps: clipping applies
 
@@ -101,8 +95,6 @@ Trace train(Device device, DType dtype, bool graphed_step, bool* graphed_at_end 
     }
     if (step_runner) {
       trace.norms.push_back(step_runner->update(lr_at(step)));
-      for (const Tensor& p : model.parameters())
-        EXPECT_EQ(largest_magnitude(p.grad()), 0.0) << "the update leaves the gradients at zero";
     } else {
       trace.norms.push_back(optim::clip_grad_norm(model.parameters(), kClip));
       optimizer.step(lr_at(step));

@@ -27,6 +27,7 @@
 #include <cmath>
 
 #include "core/kernels/backends.h"
+#include "core/kernels/cuda/dependent_launch.cuh"
 
 namespace retort::kernels::cuda {
 namespace {
@@ -96,6 +97,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   constexpr int kPerLane = kVec * kChunks, kHead = kG * kPerLane, kGroups = 32 / kG;
   constexpr int kBlockKeys = kDecodeWarps * kGroups;
   __shared__ float warp_m[kDecodeWarps], warp_l[kDecodeWarps];
+  // A decode product launched after this kernel as its programmatic dependent may start now and prefetch its weights
+  // while the attention runs on a few SMs (dependent_launch.cuh); it waits for this kernel before reading anything.
+  allow_dependents();
   __shared__ float warp_acc[kDecodeWarps][kHead];
 
   const int64_t H = qs.H, t = blockIdx.x % Tn, bh = blockIdx.x / Tn, h = bh % H, b = bh / H;

@@ -142,7 +142,9 @@ void check_model(const GptModel& model, DType dtype, DecodeFusion fused_mode, do
   }
   // In f32 the two orders of summation show in the last bits (bf16 logits can round to the same values throughout);
   // that the path is taken at all is AStepDispatchesOnlyTheFusedKernels's.
-  if (dtype == DType::F32) EXPECT_TRUE(any_difference) << "every logit equals the unfused path's";
+  if (dtype == DType::F32) {
+    EXPECT_TRUE(any_difference) << "every logit equals the unfused path's";
+  }
 }
 
 // The dispatches of one decode step of three rows, by kernel name.

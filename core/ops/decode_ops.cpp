@@ -1,11 +1,25 @@
 #include "core/ops/decode_ops.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "core/autograd/grad_mode.h"
 #include "core/ops/fusion.h"
 #include "core/util/error.h"
 
 namespace retort::ops {
 namespace {
+
+// The rows up to which a decode step takes the fused products (at most kernels::kSmallMMaxRows, what one launch
+// takes): RETORT_DECODE_FUSED_MAX_ROWS in the environment, else all the kernels take.
+int64_t max_fused_rows() {
+  static const int64_t rows = [] {
+    const char* value = std::getenv("RETORT_DECODE_FUSED_MAX_ROWS");
+    const int64_t parsed = value ? std::strtoll(value, nullptr, 10) : kernels::kSmallMMaxRows;
+    return std::clamp<int64_t>(parsed, 0, kernels::kSmallMMaxRows);
+  }();
+  return rows;
+}
 
 void check_inference(std::initializer_list<const Tensor*> tensors, const char* op) {
   if (!grad_enabled()) return;
@@ -31,7 +45,7 @@ bool decode_fusion_allows(Device device, DType compute_dtype) {
 bool decode_fusion_applies(const Tensor& x, DType compute_dtype) {
   if (!x.defined() || x.ndim() < 1 || !decode_fusion_allows(x.device(), compute_dtype)) return false;
   const int64_t K = x.size(-1);
-  return K > 0 && kernels::small_m_linear_fits(x.numel() / K, K, compute_dtype);
+  return K > 0 && x.numel() / K <= max_fused_rows() && kernels::small_m_linear_fits(x.numel() / K, K, compute_dtype);
 }
 
 Tensor small_m_linear(const Tensor& x, const kernels::RowNorm& norm, const Tensor& weight, const Tensor& bias,

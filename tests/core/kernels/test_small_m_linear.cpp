@@ -236,6 +236,21 @@ TEST(SmallMLinear, MatchesFloat64MathOnGpu) {
     odd_long.epilogue = LinearEpilogue::Gelu;
     for (const Case& c : {qkv, proj, fc, down, head, gate, long_rows, odd_long}) cases.push_back(c);
   }
+  // One input row with every prologue and epilogue where a warp owns a weight row (the kernel that norms the row in
+  // registers), at 1 and 3 packs a lane.
+  for (int64_t K : {256, 768}) {
+    for (int n = 0; n < 5; ++n) {
+      for (int e = 0; e < 4; ++e) {
+        Case c{1, K, 1200 + 8 * n};
+        c.norm = n == 0 ? RowNormKind::None : n <= 2 ? RowNormKind::LayerNorm : RowNormKind::RmsNorm;
+        c.norm_bias = n == 1;
+        c.norm_f32 = n == 4;
+        c.bias = (n + e) % 3 != 0;
+        c.epilogue = static_cast<LinearEpilogue>(e);
+        cases.push_back(c);
+      }
+    }
+  }
   uint32_t seed = 500;
   for (DType dtype : {DType::F32, DType::BF16}) {
     for (const Case& c : cases) {

@@ -5,7 +5,7 @@
 # 1. The kernel tests (small_m_linear and embedding_sum against float64 math, on the CPU and the GPU) and the model
 #    tests (fused against unfused logits and greedy tokens on the GPU, decode_step against forward_cached bit for bit,
 #    graph against eager tokens with programmatic dependent launch on and off), then the other generation tests on
-#    the GPU, which decode on the fused path at their batches of 8 rows or fewer.
+#    the GPU, which decode on the fused path at their batches of 4 rows or fewer.
 # 2. The generation benchmark at GPT-2 small's shape (bench/run_generate_bench.sh), bf16, greedy, prompt 128, NEW
 #    (128) new tokens, BATCHES (1,32): retort (fused kernels, CUDA graphs), retort-unfused (RETORT_DECODE_FUSED=0,
 #    the same binary), retort-no-pdl (RETORT_DECODE_PDL=0); torch eager and torch.compile (reduce-overhead) only with

@@ -10,12 +10,18 @@
 namespace retort::ops {
 namespace {
 
+// The rows up to which a decode step takes the fused products by default. On an H100 at GPT-2 small's shape (bf16,
+// CUDA graphs) the fused step is 1.52x the unfused one at 1 row, 1.35x at 2, 1.04x at 4 and 0.95x at 8
+// (bench/results/2026-11-26-h100-decode-fused/run2): past 4 rows the products stop being bound by reading the
+// weights once, and cuBLAS's tiles win.
+constexpr int64_t kDefaultMaxFusedRows = 4;
+
 // The rows up to which a decode step takes the fused products (at most kernels::kSmallMMaxRows, what one launch
-// takes): RETORT_DECODE_FUSED_MAX_ROWS in the environment, else all the kernels take.
+// takes): RETORT_DECODE_FUSED_MAX_ROWS in the environment, else kDefaultMaxFusedRows.
 int64_t max_fused_rows() {
   static const int64_t rows = [] {
     const char* value = std::getenv("RETORT_DECODE_FUSED_MAX_ROWS");
-    const int64_t parsed = value ? std::strtoll(value, nullptr, 10) : kernels::kSmallMMaxRows;
+    const int64_t parsed = value ? std::strtoll(value, nullptr, 10) : kDefaultMaxFusedRows;
     return std::clamp<int64_t>(parsed, 0, kernels::kSmallMMaxRows);
   }();
   return rows;

@@ -4,6 +4,9 @@
 // graph each decode step replays (--graphs false: none, every kernel launched from the host). The bf16 inference
 // copy of the weights is made once per batch size, outside the timed calls. bench/generate_bench_torch.py
 // measures the PyTorch twin the same way; bench/run_generate_bench.sh runs both and writes the table.
+// The framework name says which decode path ran: retort (the fused decode kernels, ops::decode_fusion, and CUDA
+// graphs), with -unfused when RETORT_DECODE_FUSED=0, -no-pdl when RETORT_DECODE_PDL=0 (programmatic dependent launch
+// off), -no-graphs with --graphs false.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +20,8 @@
 #include "bench/harness/json_lines.h"
 #include "bench/harness/rank_device.h"
 #include "bench/harness/sample_stats.h"
+#include "core/kernels/decode_kernels.h"
+#include "core/ops/fusion.h"
 #include "core/tensor/device_runtime.h"
 #include "core/util/logging.h"
 #include "parallel/generate/generator.h"
@@ -72,7 +77,10 @@ int main(int argc, char** argv) {
   const bench::RecordOrigin origin = bench::record_origin(bench::device_name(device));
   std::optional<bench::JsonLinesWriter> json;
   if (!json_path.empty()) json.emplace(json_path, bench::JsonLinesWriter::Mode::Append, origin);
-  const std::string framework = graphs ? "retort" : "retort-no-graphs";
+  const bool fused = ops::decode_fusion() != ops::DecodeFusion::Off;
+  const bool dependent_launch = kernels::decode_dependent_launch_enabled();
+  const std::string framework = std::string("retort") + (fused ? "" : "-unfused") +
+                                (fused && !dependent_launch ? "-no-pdl" : "") + (graphs ? "" : "-no-graphs");
   fmt::print("{} {} on {}, {} compute: {} layers, {} heads, width {}, vocab {}, context {}; prompt {}, {} new tokens\n",
              framework, label, device.str(), dtype_arg, config.n_layer, config.n_head, config.n_embd, config.vocab_size,
              config.block_size, prompt_len, new_tokens);
@@ -119,7 +127,9 @@ int main(int argc, char** argv) {
                                                {"decode_tokens_per_s", tokens_per_s},
                                                {"ms_per_step", ms_per_step},
                                                {"temperature", temperature},
-                                               {"graph_nodes", graph_nodes}},
+                                               {"graph_nodes", graph_nodes},
+                                               {"decode_fused", fused},
+                                               {"dependent_launch", dependent_launch}},
                                               origin);
     std::cout << row.dump() << std::endl;
     if (json) json->write(row);

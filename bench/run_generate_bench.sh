@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The generation benchmark in one command, on the same device in the same run: retort's KV-cache generation
-# (bench_generate) with each decode step replayed as a CUDA graph (retort) and with every kernel launched from the
-# host (retort-no-graphs), and its PyTorch twin (bench/generate_bench_torch.py) eager (torch-eager) and under
+# (bench_generate) with each decode step replayed as a CUDA graph (retort), the same with the fused decode kernels
+# switched off (retort-unfused: RETORT_DECODE_FUSED=0, the training forward's ops), with every kernel launched from
+# the host (retort-no-graphs), and its PyTorch twin (bench/generate_bench_torch.py) eager (torch-eager) and under
 # torch.compile with a static KV cache in mode reduce-overhead (torch-compile-reduce-overhead: CUDA graphs too),
 # GPT-2 small's shape (12 layers, 12 heads, width 768, vocab 50304, context 1024), prompt 128, 256 new tokens,
 # batch 1 and 32.
@@ -9,7 +10,9 @@
 # OUT_DIR defaults to runs/generate-bench and gets retort.jsonl, torch.jsonl, the logs and table.md (decode tokens/s
 # and prefill ms side by side; ratio = retort tokens/s / torch tokens/s, > 1: retort faster).
 # Environment: DEVICE (cuda), DTYPE (bf16), BATCHES (1,32), PROMPT (128), NEW (256), REPEATS (3), TEMPERATURE (0:
-# greedy), COMPILE (1; 0 skips the torch.compile peers), COMPILE_MODES (reduce-overhead; space-separated, e.g.
+# greedy), UNFUSED (1; 0 skips retort-unfused), NO_PDL (0; 1 adds retort-no-pdl: the fused kernels without
+# programmatic dependent launch, RETORT_DECODE_PDL=0), NO_GRAPHS (1; 0 skips retort-no-graphs), EAGER (1; 0 skips
+# torch eager), COMPILE (1; 0 skips the torch.compile peers), COMPILE_MODES (reduce-overhead; space-separated, e.g.
 # "default reduce-overhead"), COMPILE_TIMEOUT (900 s per compiled peer: compiling takes a minute or more per batch
 # size), PYTHON (python3); SMOKE=1 runs a small shape on the CPU instead (2 layers, width 128, vocab 4096, context 256,
 # prompt 32, 32 new tokens, batches 1,4, f32).
@@ -32,12 +35,26 @@ rm -f "$out/retort.jsonl" "$out/torch.jsonl"
 
 echo "== retort (CUDA graphs)"
 "$build/bench/bench_generate" "${common[@]}" --json "$out/retort.jsonl" 2>&1 | tee "$out/retort.log"
-echo "== retort (no graphs)"
-"$build/bench/bench_generate" "${common[@]}" --graphs false --json "$out/retort.jsonl" 2>&1 |
-  tee "$out/retort-no-graphs.log"
-echo "== torch eager"
-$py "$here/generate_bench_torch.py" "${common[@]}" --json "$out/torch.jsonl" 2>&1 | tee "$out/torch.log" ||
-  echo "(torch eager failed: see $out/torch.log)"
+if [[ ${UNFUSED:-1} == 1 ]]; then
+  echo "== retort, fused decode kernels off (RETORT_DECODE_FUSED=0; CUDA graphs)"
+  RETORT_DECODE_FUSED=0 "$build/bench/bench_generate" "${common[@]}" --json "$out/retort.jsonl" 2>&1 |
+    tee "$out/retort-unfused.log"
+fi
+if [[ ${NO_PDL:-0} == 1 ]]; then
+  echo "== retort, programmatic dependent launch off (RETORT_DECODE_PDL=0; CUDA graphs)"
+  RETORT_DECODE_PDL=0 "$build/bench/bench_generate" "${common[@]}" --json "$out/retort.jsonl" 2>&1 |
+    tee "$out/retort-no-pdl.log"
+fi
+if [[ ${NO_GRAPHS:-1} == 1 ]]; then
+  echo "== retort (no graphs)"
+  "$build/bench/bench_generate" "${common[@]}" --graphs false --json "$out/retort.jsonl" 2>&1 |
+    tee "$out/retort-no-graphs.log"
+fi
+if [[ ${EAGER:-1} == 1 ]]; then
+  echo "== torch eager"
+  $py "$here/generate_bench_torch.py" "${common[@]}" --json "$out/torch.jsonl" 2>&1 | tee "$out/torch.log" ||
+    echo "(torch eager failed: see $out/torch.log)"
+fi
 if [[ $compile == 1 ]]; then
   for mode in ${COMPILE_MODES:-reduce-overhead}; do
     echo "== torch.compile, static cache, mode $mode"

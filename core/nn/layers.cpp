@@ -43,6 +43,15 @@ ops::ResidualNorm Norm::forward_added(const Tensor& x, const Tensor& r) const {
   return kind_ == NormKind::LayerNorm ? ops::add_layer_norm(x, r, w, b, eps_) : ops::add_rms_norm(x, r, w, eps_);
 }
 
+kernels::RowNorm Norm::as_prologue(DType dtype) const {
+  kernels::RowNorm norm;
+  norm.kind = kind_ == NormKind::LayerNorm ? kernels::RowNormKind::LayerNorm : kernels::RowNormKind::RmsNorm;
+  norm.weight = to_compute(weight_, dtype);
+  norm.bias = to_compute(bias_, dtype);
+  norm.eps = static_cast<float>(eps_);
+  return norm;
+}
+
 Embedding::Embedding(int64_t rows, int64_t features) {
   weight_ = register_parameter("weight", Tensor::zeros({rows, features}));
 }

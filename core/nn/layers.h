@@ -1,6 +1,7 @@
 #pragma once
 // Dense building blocks. Parameters start at zero (norm weights at one); the model that owns them
 // decides the initialisation (see GptModel::initialize), so a layer needs no knowledge of its place.
+#include "core/kernels/decode_kernels.h"
 #include "core/nn/module.h"
 #include "core/ops/ops.h"
 
@@ -28,7 +29,12 @@ class Norm : public Module {
   // The residual add before the norm with it, in one kernel each way (ops::add_layer_norm / add_rms_norm):
   // sum = x + r and normed = forward(sum).
   ops::ResidualNorm forward_added(const Tensor& x, const Tensor& r) const;
+  // This norm as the prologue of a fused decode product (ops::small_m_linear), its weight and bias in `dtype`: the
+  // dtype forward() would use, x's (or float32 for a norm kept in float32).
+  kernels::RowNorm as_prologue(DType dtype) const;
   const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }  // undefined for RMSNorm and for a LayerNorm without bias
+  NormKind kind() const { return kind_; }
   double eps() const { return eps_; }
 
  private:

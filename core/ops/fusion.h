@@ -21,4 +21,25 @@ class FusedKernelsScope {
   bool previous_;
 };
 
+// The fused kernels of a decode step with few rows (core/ops/decode_ops.h: norm + product + epilogue in one launch,
+// the embedding in one launch). RETORT_DECODE_FUSED=0 (or off / false) in the environment turns them off (Off), which
+// decodes with the ops the training forward uses, so one binary measures both; otherwise a GPU decode step in bf16
+// takes them (Gpu). Everywhere (RETORT_DECODE_FUSED=everywhere) also takes them on the CPU and in any floating dtype:
+// for tests, the CPU kernels being the reference, not a fast path.
+enum class DecodeFusion { Off, Gpu, Everywhere };
+DecodeFusion decode_fusion();
+// Overrides the environment for this process.
+void set_decode_fusion(DecodeFusion mode);
+
+class DecodeFusionScope {
+ public:
+  explicit DecodeFusionScope(DecodeFusion mode) : previous_(decode_fusion()) { set_decode_fusion(mode); }
+  ~DecodeFusionScope() { set_decode_fusion(previous_); }
+  DecodeFusionScope(const DecodeFusionScope&) = delete;
+  DecodeFusionScope& operator=(const DecodeFusionScope&) = delete;
+
+ private:
+  DecodeFusion previous_;
+};
+
 }  // namespace retort::ops

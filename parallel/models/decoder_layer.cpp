@@ -2,6 +2,7 @@
 
 #include "core/autograd/engine.h"
 #include "core/autograd/grad_mode.h"
+#include "core/ops/decode_ops.h"
 #include "core/ops/fusion.h"
 #include "core/ops/ops.h"
 #include "core/tensor/slicing.h"
@@ -106,6 +107,10 @@ DecoderLayer::Projected DecoderLayer::project(const Tensor& normed, const Tensor
   p.q = q_proj_->forward(normed, compute_dtype);
   p.k = project_kv(k_proj_, k_whole_, normed, compute_dtype);
   p.v = project_kv(v_proj_, v_whole_, normed, compute_dtype);
+  return positioned(std::move(p), positions, inv_freq);
+}
+
+DecoderLayer::Projected DecoderLayer::positioned(Projected p, const Tensor& positions, const Tensor& inv_freq) const {
   if (q_norm_) {
     p.q = norm_per_head(*q_norm_, p.q, local_heads_, head_dim_, group_);
     p.k = norm_per_head(*k_norm_, p.k, local_kv_heads_, head_dim_, group_);
@@ -147,10 +152,34 @@ ResidualStream DecoderLayer::forward_stream(const ResidualStream& in, const Tens
 ResidualStream DecoderLayer::forward_cached(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,
                                             generate::KvCache& cache, int64_t layer, const Tensor& starts,
                                             DType compute_dtype) const {
+  if (!tp::is_distributed(group_) && k_proj_ && v_proj_ && ops::decode_fusion_applies(in.x, compute_dtype))
+    return forward_cached_fused(in, positions, inv_freq, cache, layer, starts, compute_dtype);
   return around_attention(in, positions, inv_freq, compute_dtype, [&](const Projected& p) {
     return ops::attention_with_kv_cache(p.q, p.k, p.v, cache.keys(layer), cache.values(layer), starts,
                                         static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
   });
+}
+
+ResidualStream DecoderLayer::forward_cached_fused(const ResidualStream& in, const Tensor& positions,
+                                                  const Tensor& inv_freq, generate::KvCache& cache, int64_t layer,
+                                                  const Tensor& starts, DType compute_dtype) const {
+  using kernels::LinearEpilogue;
+  const auto weight = [&](const auto& linear) { return nn::to_compute(linear->weight(), compute_dtype); };
+  const auto bias = [&](const auto& linear) { return nn::to_compute(linear->bias(), compute_dtype); };
+  const Tensor x = in.pending.defined() ? ops::add(in.x, in.pending) : in.x;
+  // The norms in float32 whatever the compute dtype, as norm_in_f32.
+  const kernels::RowNorm first = input_layernorm_->as_prologue(DType::F32);
+  Projected p;
+  p.q = ops::small_m_linear(x, first, weight(q_proj_), bias(q_proj_));
+  p.k = ops::small_m_linear(x, first, weight(k_proj_), bias(k_proj_));
+  p.v = ops::small_m_linear(x, first, weight(v_proj_), bias(v_proj_));
+  p = positioned(std::move(p), positions, inv_freq);
+  const Tensor attn = ops::attention_with_kv_cache(p.q, p.k, p.v, cache.keys(layer), cache.values(layer), starts,
+                                                   static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
+  const Tensor mid = ops::small_m_linear(attn, {}, weight(o_proj_), bias(o_proj_), LinearEpilogue::Residual, x);
+  const Tensor gated = ops::small_m_linear(mid, post_attention_layernorm_->as_prologue(DType::F32), weight(gate_proj_),
+                                           Tensor(), LinearEpilogue::SwiGlu, Tensor(), weight(up_proj_));
+  return {ops::small_m_linear(gated, {}, weight(down_proj_), Tensor(), LinearEpilogue::Residual, mid), Tensor()};
 }
 
 }  // namespace retort::models

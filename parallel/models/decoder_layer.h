@@ -44,6 +44,14 @@ class DecoderLayer : public nn::Module {
   };
   // q, k and v of this rank's heads from the normed input, q and k normed (qwen3) and rotated.
   Projected project(const Tensor& normed, const Tensor& positions, const Tensor& inv_freq, DType compute_dtype) const;
+  // The projections q, k, v with q and k normed (qwen3) and rotated.
+  Projected positioned(Projected p, const Tensor& positions, const Tensor& inv_freq) const;
+  // forward_cached over few rows with fused products (ops::decode_fusion_applies): the input RMSNorm inside each of
+  // the q, k and v products, the output projection + the residual add, the post-attention RMSNorm + gate and up +
+  // SwiGLU in one product, down + the residual add. Returns the stream with nothing pending.
+  ResidualStream forward_cached_fused(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,
+                                      generate::KvCache& cache, int64_t layer, const Tensor& starts,
+                                      DType compute_dtype) const;
   // The layer around an attention that maps the projected q, k, v to [B, T, local heads * head_dim].
   template <typename Attend>
   ResidualStream around_attention(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,

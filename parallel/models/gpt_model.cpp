@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/autograd/grad_mode.h"
+#include "core/ops/decode_ops.h"
 #include "core/ops/ops.h"
 #include "core/tensor/random.h"
 #include "core/tensor/slicing.h"
@@ -62,7 +63,7 @@ void GptConfig::validate_for_tp(int tp) const {
 }
 
 GptBlock::GptBlock(const GptConfig& c, const std::shared_ptr<Communicator>& group)
-    : local_heads_(c.n_head / tp::group_size(group)) {
+    : local_heads_(c.n_head / tp::group_size(group)), distributed_(tp::is_distributed(group)) {
   const auto kind = nn::norm_kind_from_name(c.norm);
   const int64_t width = c.mlp_ratio * c.n_embd;
   ln_1_ = register_module("ln_1", std::make_shared<nn::Norm>(c.n_embd, kind, c.bias, c.norm_eps));
@@ -98,10 +99,31 @@ ResidualStream GptBlock::forward_stream(const ResidualStream& in, DType compute_
 
 ResidualStream GptBlock::forward_cached(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
                                         const Tensor& starts, DType compute_dtype) const {
+  if (!distributed_ && ops::decode_fusion_applies(in.x, compute_dtype))
+    return forward_cached_fused(in, cache, layer, starts, compute_dtype);
   return around_attention(in, compute_dtype, [&](const Tensor& qkv) {
     return ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts,
                                         static_cast<int>(local_heads_));
   });
+}
+
+ResidualStream GptBlock::forward_cached_fused(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
+                                              const Tensor& starts, DType compute_dtype) const {
+  using kernels::LinearEpilogue;
+  const auto weights = [&](const auto& linear) {
+    return std::pair{nn::to_compute(linear->weight(), compute_dtype), nn::to_compute(linear->bias(), compute_dtype)};
+  };
+  const Tensor x = in.pending.defined() ? ops::add(in.x, in.pending) : in.x;
+  const auto [qkv_w, qkv_b] = weights(qkv_);
+  const Tensor qkv = ops::small_m_linear(x, ln_1_->as_prologue(x.dtype()), qkv_w, qkv_b);
+  const Tensor attn =
+      ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts, static_cast<int>(local_heads_));
+  const auto [proj_w, proj_b] = weights(attn_proj_);
+  const Tensor mid = ops::small_m_linear(attn, {}, proj_w, proj_b, LinearEpilogue::Residual, x);
+  const auto [fc_w, fc_b] = weights(fc_);
+  const Tensor hidden = ops::small_m_linear(mid, ln_2_->as_prologue(mid.dtype()), fc_w, fc_b, LinearEpilogue::Gelu);
+  const auto [out_w, out_b] = weights(mlp_proj_);
+  return {ops::small_m_linear(hidden, {}, out_w, out_b, LinearEpilogue::Residual, mid), Tensor()};
 }
 
 GptModel::GptModel(const GptConfig& config, std::shared_ptr<Communicator> tp_group)
@@ -194,13 +216,27 @@ Tensor GptModel::embed(const Tensor& ids, const Tensor& positions, DType compute
   return nn::to_compute(x, compute_dtype);
 }
 
+Tensor GptModel::decode_embed(const Tensor& ids, const Tensor& positions, DType compute_dtype) const {
+  if (tp_group_ || !ops::decode_fusion_allows(ids.device(), compute_dtype)) return embed(ids, positions, compute_dtype);
+  return ops::embedding_sum(wte_->weight(), ids, wpe_ ? wpe_->weight() : Tensor(), wpe_ ? positions : Tensor(),
+                            compute_dtype);
+}
+
 Tensor GptModel::head(const Tensor& x, DType compute_dtype) const {
   return head_of_normed(ln_f_->forward(x), compute_dtype);
 }
 
 Tensor GptModel::head_of_normed(const Tensor& x, DType compute_dtype) const {
-  Tensor logits =
-      tp::vocab_parallel_logits(x, lm_head_ ? lm_head_->weight() : wte_->weight(), tp_group_, compute_dtype);
+  return masked(tp::vocab_parallel_logits(x, lm_head_ ? lm_head_->weight() : wte_->weight(), tp_group_, compute_dtype));
+}
+
+Tensor GptModel::decode_head(const Tensor& x, DType compute_dtype) const {
+  if (tp_group_ || !ops::decode_fusion_applies(x, compute_dtype)) return head(x, compute_dtype);
+  const Tensor weight = nn::to_compute(lm_head_ ? lm_head_->weight() : wte_->weight(), compute_dtype);
+  return masked(ops::small_m_linear(x, ln_f_->as_prologue(x.dtype()), weight, Tensor()));
+}
+
+Tensor GptModel::masked(const Tensor& logits) const {
   if (!vocab_mask_.defined()) return logits;
   // The losses, the vocab top-k and the sampler read only the real ids (full_extent, parallel/tp/vocab_shard.h);
   // the -inf keeps every other reader of the logits (an argmax, an export of logits) off the padding too.
@@ -270,7 +306,7 @@ Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& v
       positions[static_cast<size_t>(b * T + t)] = static_cast<int32_t>(std::min(start + t, config_.block_size - 1));
   }
   const Tensor pos = Tensor::from_ints(positions, {B, T}, ids.device());
-  Tensor x = cached_layers(embed(ids, pos, compute_dtype), pos, rope_frequencies(ids.device()),
+  Tensor x = cached_layers(decode_embed(ids, pos, compute_dtype), pos, rope_frequencies(ids.device()),
                            cache.lengths_on_device(), cache, compute_dtype);
   // Only each row's last real position is needed for the next token: the final norm and the LM head (the widest
   // product of the model) run on B rows instead of B x T.
@@ -282,7 +318,7 @@ Tensor GptModel::forward_cached(const Tensor& ids, const std::vector<int64_t>& v
     }
     x = concat(last, 0);
   }
-  Tensor logits = head(x, compute_dtype);
+  Tensor logits = decode_head(x, compute_dtype);
   cache.advance(valid);
   Tensor rows = logits.view({B, logits.size(-1)});
   if (tp_group_) rows.set_sharding({1, 1, tp_group_, logits.sharding().full_extent});
@@ -302,9 +338,9 @@ Tensor GptModel::decode_step(const Tensor& ids, const Tensor& positions, const T
   RETORT_CHECK(!config_.llama_family() || inv_freq.defined(),
                "GptModel::decode_step: the {} family needs inv_freq (rope_frequencies)", config_.family);
   // The same ops as forward_cached with T_new = 1, in the same order: the logits agree bit for bit.
-  Tensor x = cached_layers(embed(ids, positions, compute_dtype), positions, inv_freq, positions.view({B}), cache,
+  Tensor x = cached_layers(decode_embed(ids, positions, compute_dtype), positions, inv_freq, positions.view({B}), cache,
                            compute_dtype);
-  Tensor logits = head(x, compute_dtype);
+  Tensor logits = decode_head(x, compute_dtype);
   Tensor rows = logits.view({B, logits.size(-1)});
   if (tp_group_) rows.set_sharding({1, 1, tp_group_, logits.sharding().full_extent});
   return rows;

@@ -91,11 +91,17 @@ class GptBlock : public nn::Module {
                                 DType compute_dtype) const;
 
  private:
+  // forward_cached over few rows in four fused products and the attention (ops::decode_fusion_applies): LN1 + q|k|v,
+  // the attention, its projection + the residual add, LN2 + fc + GELU, the MLP projection + the residual add. Returns
+  // the stream with nothing pending.
+  ResidualStream forward_cached_fused(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
+                                      const Tensor& starts, DType compute_dtype) const;
   // The block around an attention that maps the fused q|k|v projection [B, T, 3C / tp] to [B, T, C / tp].
   template <typename Attend>
   ResidualStream around_attention(const ResidualStream& in, DType compute_dtype, const Attend& attend) const;
 
   int64_t local_heads_;
+  bool distributed_;  // a tp group of several ranks: the fused decode path does not apply
   std::shared_ptr<nn::Norm> ln_1_, ln_2_;
   std::shared_ptr<tp::ColumnParallelLinear> qkv_, fc_;
   std::shared_ptr<tp::RowParallelLinear> attn_proj_, mlp_proj_;
@@ -156,10 +162,17 @@ class GptModel : public nn::Module {
   // frequencies, the padded ids' mask), made by `make` on first use and kept per key and device: a copy from host
   // memory on every forward would wait for the device each time and could not be recorded in a CUDA graph.
   const Tensor& device_constant(const std::string& key, Device device, const std::function<Tensor()>& make) const;
+  // embed() for inference with the cache: one fused lookup when ops::decode_fusion_allows (the same values).
+  Tensor decode_embed(const Tensor& ids, const Tensor& positions, DType compute_dtype) const;
   // The final norm and the head: logits [..., padded_vocab / tp], padded ids at -inf.
   Tensor head(const Tensor& x, DType compute_dtype) const;
   // The head on the final norm's output.
   Tensor head_of_normed(const Tensor& normed, DType compute_dtype) const;
+  // head() for inference with the cache: the final norm and the head in one fused product over few rows
+  // (ops::decode_fusion_applies).
+  Tensor decode_head(const Tensor& x, DType compute_dtype) const;
+  // The padded ids of the logits at -inf (a model whose vocabulary was padded for tp), tagged with the real extent.
+  Tensor masked(const Tensor& logits) const;
   // The blocks over the new positions x [B, T_new, C] at `positions` (i32 [B, T_new]), each row's starting at
   // starts[b] (i32 [B]), reading and extending the cache.
   Tensor cached_layers(Tensor x, const Tensor& positions, const Tensor& inv_freq, const Tensor& starts,

@@ -25,6 +25,7 @@ class ColumnParallelLinear : public nn::Module {
   // rank's slice of the features is all it needs.
   Tensor forward_gelu(const Tensor& x, DType compute_dtype = DType::F32) const;
   const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }  // undefined without bias
 
  private:
   std::shared_ptr<Communicator> group_;
@@ -41,6 +42,7 @@ class RowParallelLinear : public nn::Module {
                     bool input_is_parallel = true);
   Tensor forward(const Tensor& x, DType compute_dtype = DType::F32) const;
   const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }  // undefined without bias
 
  private:
   std::shared_ptr<Communicator> group_;

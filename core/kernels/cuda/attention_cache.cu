@@ -27,6 +27,8 @@
 #include <cmath>
 
 #include "core/kernels/backends.h"
+#include "core/kernels/cuda/dependent_launch.cuh"
+#include "core/kernels/decode_kernels.h"
 
 namespace retort::kernels::cuda {
 namespace {
@@ -84,12 +86,16 @@ __device__ __forceinline__ void merge_state(float& m, float& l, float (&acc)[kN]
   m = m_new;
 }
 
-constexpr int kDecodeWarps = 8;
+// Warps of a decode block: 8, or 16 when the launch has fewer blocks than the GPU has SMs (a decode step of one or a
+// few sequences: twice the keys in flight per block halves the iterations each block walks through, on SMs that would
+// otherwise stay idle).
+constexpr int kDecodeWarpsNarrow = 8;
+constexpr int kDecodeWarpsWide = 16;
 constexpr int kUnroll = 2;  // keys per group per iteration
 
 // kVec elements per vector, kG lanes per key (a power of two), kChunks vectors per lane: lane g of a group holds
 // elements (i * kG + g) * kVec .. + kVec - 1 for i < kChunks, those below D.
-template <typename T, int kVec, int kG, int kChunks>
+template <typename T, int kDecodeWarps, int kVec, int kG, int kChunks>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_kernel(const T* q_new, Queries qs, const T* k_new, const T* v_new, int64_t kv_stride, const int32_t* starts,
                   T* k_cache, T* v_cache, T* out, int64_t Tn, int64_t D, int64_t cap, float scale) {
@@ -97,15 +103,33 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   constexpr int kBlockKeys = kDecodeWarps * kGroups;
   __shared__ float warp_m[kDecodeWarps], warp_l[kDecodeWarps];
   __shared__ float warp_acc[kDecodeWarps][kHead];
+  // A decode product launched after this kernel as its programmatic dependent may start now and prefetch its weights
+  // while the attention runs on a few SMs (dependent_launch.cuh); it waits for this kernel before reading anything.
+  allow_dependents();
 
   const int64_t H = qs.H, t = blockIdx.x % Tn, bh = blockIdx.x / Tn, h = bh % H, b = bh / H;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane % kG;
   const int slot = warp * kGroups + lane / kG;  // this group's key within a block iteration
-  const int64_t start = starts[b];
-  const int64_t seen = min(start + t + 1, cap);
   const int64_t kv_heads = H / qs.group, kv_local = h / qs.group, kv_head = b * kv_heads + kv_local;
   const T* keys = k_cache + kv_head * cap * D;
   const T* values = v_cache + kv_head * cap * D;
+  // Launched as the programmatic dependent of the q|k|v product, the block starts while that product runs: it moves
+  // this key/value head's cached rows towards L2 (the first query head of each group, one thread per 32 KiB), then
+  // waits for the product before it reads anything. The row count read here only sizes the prefetch (clamped to
+  // the cache, which a prefetch never leaves); the one the attention uses is read after the wait.
+  if (h % qs.group == 0 && t == 0 && (D * static_cast<int64_t>(sizeof(T))) % 16 == 0) {
+    const int64_t cached = min(max(static_cast<int64_t>(starts[b]), int64_t{0}), cap);
+    const int64_t bytes = cached * D * static_cast<int64_t>(sizeof(T));
+    constexpr int64_t kPiece = 32 * 1024;
+    for (int64_t at = threadIdx.x * kPiece; at < bytes; at += blockDim.x * kPiece) {
+      const uint32_t piece = static_cast<uint32_t>(min(kPiece, bytes - at));
+      prefetch_l2(reinterpret_cast<const char*>(keys) + at, piece);
+      prefetch_l2(reinterpret_cast<const char*>(values) + at, piece);
+    }
+  }
+  wait_for_prerequisites();
+  const int64_t start = starts[b];
+  const int64_t seen = min(start + t + 1, cap);
   // The new positions of this row and key/value head: position start + i is row i of these.
   const T* new_keys = k_new + b * Tn * kv_stride + kv_local * D;
   const T* new_values = v_new + b * Tn * kv_stride + kv_local * D;
@@ -339,10 +363,21 @@ template <typename T>
 void launch_decode(const T* q, Queries qs, const T* k_new, const T* v_new, int64_t kv_stride, const int32_t* starts,
                    T* k, T* v, T* out, int64_t B, int64_t Tn, int64_t D, int64_t cap, float scale) {
   const unsigned blocks = static_cast<unsigned>(B * qs.H * Tn);
+  const bool wide = static_cast<int64_t>(blocks) < sm_count();
+  // The switch of the decode kernels (decode_kernels.h) covers this launch too.
+  const bool dependent = decode_dependent_launch_enabled() && dependent_launch_supported();
   const auto run = [&](auto vec, auto groups, auto chunks) {
-    decode_kernel<T, decltype(vec)::value, decltype(groups)::value, decltype(chunks)::value>
-        <<<blocks, kDecodeWarps * 32, 0, rc::current_stream()>>>(q, qs, k_new, v_new, kv_stride, starts, k, v, out, Tn,
-                                                                 D, cap, scale);
+    const auto launch = [&](auto warps) {
+      constexpr int kWarps = decltype(warps)::value;
+      launch_dependent(
+          &decode_kernel<T, kWarps, decltype(vec)::value, decltype(groups)::value, decltype(chunks)::value>,
+          dim3(blocks), dim3(kWarps * 32), 0, rc::current_stream(), dependent, q, qs, k_new, v_new, kv_stride, starts,
+          k, v, out, Tn, D, cap, scale);
+    };
+    if (wide)
+      launch(std::integral_constant<int, kDecodeWarpsWide>{});
+    else
+      launch(std::integral_constant<int, kDecodeWarpsNarrow>{});
   };
   using I = std::integral_constant<int, 1>;
   constexpr int kVec = 16 / sizeof(T);

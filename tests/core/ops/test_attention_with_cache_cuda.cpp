@@ -66,13 +66,16 @@ TEST(AttentionWithCacheCuda, PrefillMatchesFloat64) {
 
 TEST(AttentionWithCacheCuda, GenerationShapes) {
   SKIP_WITHOUT_GPU();
-  // Decode at batch 32 over contexts up to 1024, head sizes 64 and 128.
-  for (int64_t D : {64, 128}) {
-    CacheCase c;
-    c.B = 32, c.Tn = 1, c.H = 2, c.D = D, c.cap = 1024, c.seed = static_cast<uint32_t>(D);
-    for (int64_t b = 0; b < c.B; ++b) c.starts.push_back(b * 131 % 1000);
-    c.starts.back() = 1023;  // the last position of the context
-    check_both_dtypes(c);
+  // Decode at batch 32 over contexts up to 1024, head sizes 64 and 128; 2 heads (fewer blocks than an H100 has SMs:
+  // the decode kernel's wide blocks) and 6 (more: its narrow ones).
+  for (int64_t H : {2, 6}) {
+    for (int64_t D : {64, 128}) {
+      CacheCase c;
+      c.B = 32, c.Tn = 1, c.H = H, c.D = D, c.cap = 1024, c.seed = static_cast<uint32_t>(D + H);
+      for (int64_t b = 0; b < c.B; ++b) c.starts.push_back(b * 131 % 1000);
+      c.starts.back() = 1023;  // the last position of the context
+      check_both_dtypes(c);
+    }
   }
   // A whole-context prompt.
   CacheCase prompt;

@@ -1,0 +1,79 @@
+#pragma once
+// The kernels of a decode step with few rows (one new token for each of a few sequences), where a step is a chain of
+// matrix-vector products too small to fill the GPU and every separate launch costs as much as its work:
+//
+//   small_m_linear   out [M, N] = epilogue(prologue(x) [M, K] W^T + bias) for M <= kSmallMMaxRows, one launch:
+//                    the norm of each input row (LayerNorm or RMSNorm) as a prologue, the product read once from a
+//                    weight streamed at memory bandwidth, and the bias, GELU, SwiGLU or residual add as an epilogue;
+//   embedding_sum    the token row plus the position row, rounded once to the compute dtype, one launch.
+//
+// Same contracts as kernels.h (outputs preallocated by the caller, contiguous row-major, checks here, then dispatch
+// on the device): the CPU implementation (kernels/cpu) is the reference, the CUDA one (kernels/cuda) the fast path.
+// They live apart from kernels.h because they serve inference alone (no backward).
+#include <cstdint>
+
+#include "core/tensor/tensor.h"
+
+namespace retort::kernels {
+
+// The norm a small-m linear applies to each input row before the product.
+enum class RowNormKind { None, LayerNorm, RmsNorm };
+struct RowNorm {
+  RowNormKind kind = RowNormKind::None;
+  Tensor weight;  // [K], x's dtype or f32
+  Tensor bias;    // [K] like weight (LayerNorm only; may be undefined)
+  float eps = 1e-5f;
+};
+
+// What happens to each sum v = (prologue(x) W^T)[m, n] + bias[n] before the one rounding to out's dtype.
+enum class LinearEpilogue {
+  None,      // out = v
+  Gelu,      // out = gelu(v), the tanh approximation (GPT-2's, as gelu_forward)
+  Residual,  // out = round(v) + residual[m, n]: the linear layer's output added to the residual stream
+  SwiGlu,    // out = silu(round(v)) * round(v2), v2 from weight2 / bias2 (the Llama MLP's gate and up)
+};
+
+// The rows one small-m launch takes; more rows go through the ordinary products.
+constexpr int64_t kSmallMMaxRows = 8;
+
+// Whether small_m_linear takes `rows` input rows of `in_features` values of `dtype`: rows in [1, kSmallMMaxRows]
+// and the normed rows fit the GPU kernel's shared memory.
+bool small_m_linear_fits(int64_t rows, int64_t in_features, DType dtype);
+
+// x [M, K]; weight [N, K]; bias [N] or undefined; weight2 / bias2 like weight / bias (SwiGlu only, else undefined);
+// residual [M, N] (Residual only, else undefined); out [M, N]. x, weights, biases, residual and out share one floating
+// dtype (f32 or bf16; f64 on the CPU); the norm's weight and bias may be f32 under bf16 rows (a norm kept in float32).
+// The normed row is rounded to x's dtype before the product, as a separate norm kernel would store it; products and
+// sums in float32 (float64 for f64 on the CPU). M must fit small_m_linear_fits.
+void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
+                    const Tensor& weight2, const Tensor& bias2, const Tensor& residual, LinearEpilogue epilogue,
+                    Tensor& out);
+
+// out[i, :] = table[ids[i], :] (+ table2[ids2[i], :] when table2 is defined), summed in float32 (float64 for f64) and
+// rounded once to out's dtype. table and table2 [rows, C] share a dtype; ids and ids2 i32 of one numel N; out [N, C].
+// Ids out of range throw (CPU) or are reported by a device-side check (CUDA), as in embedding_forward.
+void embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2, const Tensor& ids2, Tensor& out);
+
+// Programmatic dependent launch of the small-m kernels on the GPU (on by default; RETORT_DECODE_PDL=0 turns it off):
+// each kernel may start while the one before it finishes, prefetches its weights into L2 and waits for the earlier
+// results only where it reads them. Results are the same either way.
+bool decode_dependent_launch_enabled();
+void set_decode_dependent_launch_enabled(bool enabled);
+
+namespace cpu {
+void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
+                    const Tensor& weight2, const Tensor& bias2, const Tensor& residual, LinearEpilogue epilogue,
+                    Tensor& out);
+void embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2, const Tensor& ids2, Tensor& out);
+}  // namespace cpu
+
+#ifdef RETORT_WITH_CUDA
+namespace cuda {
+void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
+                    const Tensor& weight2, const Tensor& bias2, const Tensor& residual, LinearEpilogue epilogue,
+                    Tensor& out);
+void embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2, const Tensor& ids2, Tensor& out);
+}  // namespace cuda
+#endif
+
+}  // namespace retort::kernels

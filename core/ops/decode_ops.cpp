@@ -1,0 +1,83 @@
+#include "core/ops/decode_ops.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/autograd/grad_mode.h"
+#include "core/ops/fusion.h"
+#include "core/util/error.h"
+
+namespace retort::ops {
+namespace {
+
+// The rows up to which a decode step takes the fused products by default. On an H100 at GPT-2 small's shape (bf16,
+// CUDA graphs) the fused step is 1.52x the unfused one at 1 row, 1.35x at 2, 1.04x at 4 and 0.95x at 8
+// (bench/results/2026-11-26-h100-decode-fused/run2): past 4 rows the products stop being bound by reading the
+// weights once, and cuBLAS's tiles win.
+constexpr int64_t kDefaultMaxFusedRows = 4;
+
+// The rows up to which a decode step takes the fused products (at most kernels::kSmallMMaxRows, what one launch
+// takes): RETORT_DECODE_FUSED_MAX_ROWS in the environment, else kDefaultMaxFusedRows.
+int64_t max_fused_rows() {
+  static const int64_t rows = [] {
+    const char* value = std::getenv("RETORT_DECODE_FUSED_MAX_ROWS");
+    const int64_t parsed = value ? std::strtoll(value, nullptr, 10) : kDefaultMaxFusedRows;
+    return std::clamp<int64_t>(parsed, 0, kernels::kSmallMMaxRows);
+  }();
+  return rows;
+}
+
+void check_inference(std::initializer_list<const Tensor*> tensors, const char* op) {
+  if (!grad_enabled()) return;
+  for (const Tensor* t : tensors)
+    RETORT_INPUT_CHECK(!(t->defined() && t->requires_grad()),
+                       "{} is inference only: call it under NoGradGuard (it records no backward)", op);
+}
+
+}  // namespace
+
+bool decode_fusion_allows(Device device, DType compute_dtype) {
+  switch (decode_fusion()) {
+    case DecodeFusion::Off:
+      return false;
+    case DecodeFusion::Gpu:
+      return device.is_cuda() && compute_dtype == DType::BF16;
+    case DecodeFusion::Everywhere:
+      return is_floating(compute_dtype);
+  }
+  return false;
+}
+
+bool decode_fusion_applies(const Tensor& x, DType compute_dtype) {
+  if (!x.defined() || x.ndim() < 1 || !decode_fusion_allows(x.device(), compute_dtype)) return false;
+  const int64_t K = x.size(-1);
+  return K > 0 && x.numel() / K <= max_fused_rows() && kernels::small_m_linear_fits(x.numel() / K, K, compute_dtype);
+}
+
+Tensor small_m_linear(const Tensor& x, const kernels::RowNorm& norm, const Tensor& weight, const Tensor& bias,
+                      kernels::LinearEpilogue epilogue, const Tensor& residual, const Tensor& weight2,
+                      const Tensor& bias2) {
+  check_inference({&x, &weight, &bias, &residual, &weight2, &bias2, &norm.weight, &norm.bias}, "small_m_linear");
+  RETORT_CHECK(weight.ndim() == 2 && x.ndim() >= 1 && x.size(-1) == weight.size(1),
+               "small_m_linear: input {} does not match weight {} ([out, in])", x.describe(), weight.describe());
+  const int64_t K = weight.size(1), N = weight.size(0);
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  Tensor out2 = out.view({-1, N});
+  const Tensor res2 = residual.defined() ? residual.view({-1, N}) : Tensor();
+  kernels::small_m_linear(x.view({-1, K}), norm, weight, bias, weight2, bias2, res2, epilogue, out2);
+  return out;
+}
+
+Tensor embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2, const Tensor& ids2, DType dtype) {
+  check_inference({&table, &table2}, "embedding_sum");
+  Shape out_shape = ids.shape();
+  out_shape.push_back(table.size(1));
+  Tensor out = Tensor::empty(out_shape, dtype, table.device());
+  Tensor out2 = out.view({ids.numel(), table.size(1)});
+  kernels::embedding_sum(table, ids, table2, ids2, out2);
+  return out;
+}
+
+}  // namespace retort::ops

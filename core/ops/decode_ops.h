@@ -1,0 +1,31 @@
+#pragma once
+// The ops of a decode step with few rows, on the kernels of core/kernels/decode_kernels.h: a linear layer with the
+// norm before it and its bias, GELU, SwiGLU or residual add after it in one launch, and the embedding in one launch.
+// Inference only: no tape (an error when grad mode is on and an input requires a gradient). Whether a model takes
+// them is decode_fusion_applies (the switch of core/ops/fusion.h, the device, the dtype, the rows).
+#include "core/kernels/decode_kernels.h"
+#include "core/tensor/tensor.h"
+
+namespace retort::ops {
+
+// Whether a decode step over the rows x [..., K] in `compute_dtype` takes the fused ops: the switch (fusion.h) allows
+// x's device and dtype (Gpu: CUDA and bf16; Everywhere: any device and floating dtype) and the rows fit one launch
+// (kernels::small_m_linear_fits), at most 4 rows (where the fused step was measured faster than the unfused one) or
+// RETORT_DECODE_FUSED_MAX_ROWS (0 to 8) when set.
+bool decode_fusion_applies(const Tensor& x, DType compute_dtype);
+// The same without the rows' limit: for embedding_sum, which computes exactly what the separate lookups, add and
+// cast compute, at any number of rows.
+bool decode_fusion_allows(Device device, DType compute_dtype);
+
+// epilogue(norm(x) W^T + bias) over x [..., K], W [N, K] -> [..., N] in x's dtype (kernels::small_m_linear: the normed
+// row and a linear output that is added or gated rounded as separate kernels would store them). residual [..., N]
+// for the Residual epilogue, weight2 (and bias2) for SwiGlu; undefined otherwise.
+Tensor small_m_linear(const Tensor& x, const kernels::RowNorm& norm, const Tensor& weight, const Tensor& bias,
+                      kernels::LinearEpilogue epilogue = kernels::LinearEpilogue::None, const Tensor& residual = {},
+                      const Tensor& weight2 = {}, const Tensor& bias2 = {});
+
+// table[ids] (+ table2[ids2]) in `dtype`, rounded once -> ids.shape + [C]: the gpt embedding (token + position
+// rows) or a token lookup cast to the compute dtype, one launch.
+Tensor embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2, const Tensor& ids2, DType dtype);
+
+}  // namespace retort::ops

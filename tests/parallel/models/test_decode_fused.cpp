@@ -1,0 +1,315 @@
+// The fused decode path of the models (ops::decode_fusion_applies; core/ops/fusion.h's switch): over few rows each
+// gpt block runs as four fused products and the attention, each Llama-family layer as six and the attention, the
+// embedding as one lookup and the final norm with the LM head as one product.
+//   - It is taken: a decode step dispatches only the fused kernels (counted with the op profiler), and no product
+//     or norm of the unfused path;
+//   - its logits follow the unfused path's within the rounding of the compute dtype, at every step of a prefill and
+//     several decode steps (gpt tied and untied, with and without biases; qwen2 with q/k/v biases; qwen3 with grouped
+//     heads and per-head q/k norms), f32 and bf16;
+//   - decode_step and forward_cached with one new token stay equal bit for bit with it;
+//   - greedy tokens equal the unfused path's wherever the unfused top-two logits are not near a tie (bf16 rounds
+//     differently in the two paths, so the runs may part at a near-tie; in f32 they never meet one here).
+// On the CPU (DecodeFusion::Everywhere: the CPU kernels are the reference) and on the GPU in bf16, the mode a GPU
+// decode takes by default (skipped without a GPU), where graph decoding must also give the tokens of eager
+// decoding, with programmatic dependent launch on and off.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/autograd/grad_mode.h"
+#include "core/kernels/decode_kernels.h"
+#include "core/ops/fusion.h"
+#include "core/profile/op_profiler.h"
+#include "parallel/generate/generator.h"
+#include "parallel/generate/kv_cache.h"
+#include "parallel/models/gpt_model.h"
+
+namespace retort {
+namespace {
+
+using ops::DecodeFusion;
+using ops::DecodeFusionScope;
+
+GptConfig gpt_config(bool tied, bool bias) {
+  GptConfig c;
+  c.vocab_size = 64;
+  c.block_size = 24;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 32;
+  c.tie_weights = tied;
+  c.bias = bias;
+  c.init_std = 0.2;
+  return c;
+}
+
+GptConfig llama_config(const std::string& family) {
+  GptConfig c = gpt_config(false, false);
+  c.family = family;
+  c.norm = "rmsnorm";
+  c.n_kv_head = 2;
+  c.intermediate_size = 48;
+  c.qk_norm = family == "qwen3";
+  c.qkv_bias = family == "qwen2";
+  return c;
+}
+
+struct Case {
+  std::string name;
+  GptConfig config;
+};
+
+std::vector<Case> cases() {
+  return {{"gpt tied", gpt_config(true, true)},
+          {"gpt untied, no bias", gpt_config(false, false)},
+          {"qwen2", llama_config("qwen2")},
+          {"qwen3", llama_config("qwen3")}};
+}
+
+const std::vector<std::vector<int32_t>> kPrompts{{3, 9, 27, 17, 51}, {44, 2}, {8, 8, 60, 1, 33, 19, 7}};
+
+Device device_of(const GptModel& model) {
+  return model.named_parameters().front().second.device();
+}
+
+// A right-padded prefill and `steps` decode steps of one token per row (forward_cached, or decode_step when
+// `use_decode_step`); every call's logits as floats.
+std::vector<std::vector<float>> run_script(const GptModel& model, DType dtype, int steps, bool use_decode_step) {
+  NoGradGuard no_grad;
+  const Device device = device_of(model);
+  const int64_t B = static_cast<int64_t>(kPrompts.size()), width = 7;
+  generate::KvCache cache(model, B, model.config().block_size, dtype, device);
+  std::vector<int32_t> padded(static_cast<size_t>(B * width), 0);
+  std::vector<int64_t> valid;
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(kPrompts[b].begin(), kPrompts[b].end(), padded.begin() + b * width);
+    valid.push_back(static_cast<int64_t>(kPrompts[b].size()));
+  }
+  std::vector<std::vector<float>> out{
+      model.forward_cached(Tensor::from_ints(padded, {B, width}, device), valid, cache, dtype).to_floats()};
+  const Tensor inv_freq = model.rope_frequencies(device);
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int32_t> tokens, positions;
+    for (int64_t b = 0; b < B; ++b) {
+      tokens.push_back(static_cast<int32_t>((step * 13 + b * 7 + 5) % model.config().vocab_size));
+      positions.push_back(static_cast<int32_t>(cache.length(b)));
+    }
+    const std::vector<int64_t> ones(static_cast<size_t>(B), 1);
+    if (use_decode_step) {
+      out.push_back(model
+                        .decode_step(Tensor::from_ints(tokens, {B, 1}, device),
+                                     Tensor::from_ints(positions, {B, 1}, device), inv_freq, cache, dtype)
+                        .to_floats());
+      cache.advance(ones);
+    } else {
+      out.push_back(model.forward_cached(Tensor::from_ints(tokens, {B, 1}, device), ones, cache, dtype).to_floats());
+    }
+  }
+  return out;
+}
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// The fused path against the unfused one, and decode_step against forward_cached under the fused path.
+void check_model(const GptModel& model, DType dtype, DecodeFusion fused_mode, double tolerance) {
+  std::vector<std::vector<float>> unfused, fused, fused_steps;
+  {
+    const DecodeFusionScope off(DecodeFusion::Off);
+    unfused = run_script(model, dtype, 5, false);
+  }
+  {
+    const DecodeFusionScope on(fused_mode);
+    fused = run_script(model, dtype, 5, false);
+    fused_steps = run_script(model, dtype, 5, true);
+  }
+  ASSERT_EQ(fused.size(), unfused.size());
+  bool any_difference = false;
+  for (size_t call = 0; call < unfused.size(); ++call) {
+    EXPECT_LE(relative_error(fused[call], unfused[call]), tolerance) << "call " << call;
+    EXPECT_EQ(fused_steps[call], fused[call]) << "decode_step and forward_cached part at call " << call;
+    any_difference = any_difference || fused[call] != unfused[call];
+  }
+  // In f32 the two orders of summation show in the last bits (bf16 logits can round to the same values throughout);
+  // that the path is taken at all is AStepDispatchesOnlyTheFusedKernels's.
+  if (dtype == DType::F32) {
+    EXPECT_TRUE(any_difference) << "every logit equals the unfused path's";
+  }
+}
+
+// The dispatches of one decode step of three rows, by kernel name.
+std::map<std::string, int64_t> step_dispatches(const GptModel& model, DType dtype) {
+  NoGradGuard no_grad;
+  const Device device = device_of(model);
+  const int64_t B = 3;
+  generate::KvCache cache(model, B, model.config().block_size, dtype, device);
+  const std::vector<int64_t> ones(static_cast<size_t>(B), 1);
+  model.forward_cached(Tensor::from_ints({1, 2, 3}, {B, 1}, device), ones, cache, dtype);
+  profile::start_op_profile(device);
+  model.decode_step(Tensor::from_ints({4, 5, 6}, {B, 1}, device), Tensor::from_ints({1, 1, 1}, {B, 1}, device),
+                    model.rope_frequencies(device), cache, dtype);
+  const profile::OpProfile profile = profile::stop_op_profile();
+  std::map<std::string, int64_t> calls;
+  for (const auto& op : profile.ops) calls[op.name] += op.calls;
+  return calls;
+}
+
+TEST(DecodeFused, AStepDispatchesOnlyTheFusedKernels) {
+  const DecodeFusionScope everywhere(DecodeFusion::Everywhere);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    GptModel model(c.config);
+    model.initialize(3);
+    const auto calls = step_dispatches(model, DType::F32);
+    const int64_t layers = c.config.n_layer;
+    const bool llama = c.config.llama_family();
+    // gpt: q|k|v, projection, fc, MLP projection; Llama: q, k, v, o, gate|up, down; and the head.
+    EXPECT_EQ(calls.count("small_m_linear") ? calls.at("small_m_linear") : 0, (llama ? 6 : 4) * layers + 1);
+    EXPECT_EQ(calls.count("embedding_sum") ? calls.at("embedding_sum") : 0, 1);
+    for (const char* unfused : {"gemm", "linear_forward", "layer_norm_forward", "add_layer_norm_forward",
+                                "add_rms_norm_forward", "embedding_forward", "swiglu_forward"})
+      EXPECT_EQ(calls.count(unfused), 0u) << unfused;
+    // qwen3's per-head q/k norms stay separate kernels.
+    EXPECT_EQ(calls.count("rms_norm_forward") ? calls.at("rms_norm_forward") : 0, c.config.qk_norm ? 2 * layers : 0);
+  }
+  // Switched off, the same step runs the unfused kernels.
+  const DecodeFusionScope off(DecodeFusion::Off);
+  GptModel model(gpt_config(true, true));
+  model.initialize(3);
+  EXPECT_EQ(step_dispatches(model, DType::F32).count("small_m_linear"), 0u);
+}
+
+TEST(DecodeFused, LogitsFollowTheUnfusedPathOnCpu) {
+  for (const Case& c : cases()) {
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(c.name + " " + std::string(dtype_name(dtype)));
+      GptModel model(c.config);
+      model.initialize(7);
+      check_model(model, dtype, DecodeFusion::Everywhere, dtype == DType::F32 ? 1e-5 : 3e-2);
+    }
+  }
+}
+
+// Greedy generation with the fused and the unfused path: the same tokens wherever the unfused path's best logit
+// leads the next by `margin` (bf16 keeps 8 bits: the two paths round differently and may part at a near-tie), and
+// at least `min_compared` tokens compared.
+void check_greedy_tokens(const GptModel& model, DType dtype, DecodeFusion fused_mode, double margin,
+                         int64_t min_compared) {
+  generate::GenerationOptions options;
+  options.max_new_tokens = 14;
+  options.compute_dtype = dtype;
+  options.sampling.temperature = 0.0;
+  std::vector<generate::GeneratedSequence> fused, unfused;
+  {
+    const DecodeFusionScope on(fused_mode);
+    fused = generate::generate_tokens(model, kPrompts, options);
+  }
+  {
+    const DecodeFusionScope off(DecodeFusion::Off);
+    unfused = generate::generate_tokens(model, kPrompts, options);
+  }
+  int64_t compared = 0;
+  const DecodeFusionScope off(DecodeFusion::Off);
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    std::vector<int32_t> sequence = kPrompts[i];
+    for (size_t t = 0; t < unfused[i].tokens.size() && t < fused[i].tokens.size(); ++t) {
+      // The unfused logits at this position, from the full forward of the sequence so far.
+      NoGradGuard no_grad;
+      const int64_t T = static_cast<int64_t>(sequence.size());
+      const std::vector<float> all =
+          model.forward(Tensor::from_ints(sequence, {1, T}, device_of(model)), dtype).to_floats();
+      std::vector<float> row(all.end() - model.config().vocab_size, all.end());
+      std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<>());
+      if (row[0] - row[1] < margin) break;
+      EXPECT_EQ(fused[i].tokens[t], unfused[i].tokens[t]) << "prompt " << i << ", new token " << t;
+      ++compared;
+      sequence.push_back(unfused[i].tokens[t]);
+    }
+  }
+  EXPECT_GE(compared, min_compared) << "too few tokens away from a tie to compare";
+}
+
+TEST(DecodeFused, GreedyTokensEqualTheUnfusedOnesOnCpu) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    GptConfig config = c.config;
+    config.init_std = 0.3;  // large weights: the top two logits are far apart
+    GptModel model(config);
+    model.initialize(11);
+    check_greedy_tokens(model, DType::F32, DecodeFusion::Everywhere, 1e-3, 30);
+    check_greedy_tokens(model, DType::BF16, DecodeFusion::Everywhere, 0.1, 15);
+  }
+}
+
+TEST(DecodeFused, GpuBf16FollowsTheUnfusedPath) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    GptModel model(c.config);
+    model.initialize(7);
+    model.to(Device::cuda(0));
+    check_model(model, DType::BF16, DecodeFusion::Gpu, 3e-2);
+    // The inference copy (bf16 weights stored once) is what generation runs: the same bits as the model.
+    const auto copy = model.inference_copy(DType::BF16);
+    const DecodeFusionScope gpu(DecodeFusion::Gpu);
+    EXPECT_EQ(run_script(*copy, DType::BF16, 3, true), run_script(model, DType::BF16, 3, true));
+  }
+}
+
+TEST(DecodeFused, GpuGreedyTokensEqualTheUnfusedOnes) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    GptConfig config = c.config;
+    config.init_std = 0.3;
+    GptModel model(config);
+    model.initialize(11);
+    model.to(Device::cuda(0));
+    check_greedy_tokens(model, DType::BF16, DecodeFusion::Gpu, 0.1, 15);
+  }
+}
+
+// Graph decoding replays the fused kernels (and their programmatic dependencies) to the tokens of eager decoding,
+// greedy and sampled; programmatic dependent launch off gives the same tokens.
+TEST(DecodeFused, GpuGraphDecodingEqualsEagerDecoding) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const DecodeFusionScope gpu(DecodeFusion::Gpu);
+  for (const Case& c : cases()) {
+    GptModel model(c.config);
+    model.initialize(11);
+    model.to(Device::cuda(0));
+    for (double temperature : {0.0, 0.9}) {
+      SCOPED_TRACE(c.name + (temperature > 0 ? " sampled" : " greedy"));
+      generate::GenerationOptions options;
+      options.max_new_tokens = 12;
+      options.compute_dtype = DType::BF16;
+      options.sampling.temperature = temperature;
+      options.sampling.seed = 5;
+      generate::GenerationOptions eager = options;
+      eager.cuda_graphs = false;
+      const auto graphed = generate::generate_tokens(model, kPrompts, options);
+      EXPECT_GT(graphed[0].decode_graph_nodes, 0) << "the decode step was not captured";
+      std::vector<std::vector<int32_t>> a, b, d;
+      for (const auto& s : graphed) a.push_back(s.tokens);
+      for (const auto& s : generate::generate_tokens(model, kPrompts, eager)) b.push_back(s.tokens);
+      kernels::set_decode_dependent_launch_enabled(false);
+      for (const auto& s : generate::generate_tokens(model, kPrompts, options)) d.push_back(s.tokens);
+      kernels::set_decode_dependent_launch_enabled(true);
+      EXPECT_EQ(a, b);
+      EXPECT_EQ(a, d);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace retort

@@ -136,7 +136,9 @@ TEST(InferenceCopy, CastsWhatTheForwardCastsAndSharesTheRest) {
                     name.find("k_norm") != std::string::npos);
       EXPECT_EQ(t.dtype(), embedding || f32_norm ? DType::F32 : DType::BF16);
       EXPECT_FALSE(t.requires_grad());
-      if (name == table) EXPECT_EQ(t.raw_data(), original_table.raw_data()) << "the lookup table is shared";
+      if (name == table) {
+        EXPECT_EQ(t.raw_data(), original_table.raw_data()) << "the lookup table is shared";
+      }
     }
     // A tied head becomes the bf16 rows of the token table.
     if (c.config.tie_weights) {

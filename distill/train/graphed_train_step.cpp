@@ -167,14 +167,17 @@ struct GraphedTrainStep::State {
     copy_out(host_results, sizeof(float), results.rows(1, 1));
   }
 
-  // The first call of each part runs eagerly (it makes what the graph will reuse), the second records the graph,
-  // and every call from then on replays it; on the CPU, with recording off or after a failed recording, every call
-  // is eager.
+  // The first two calls of each part run eagerly (they make what the graph will reuse and measure its memory), the
+  // third records the graph, and every call from then on replays it; on the CPU, with recording off or after a
+  // failed recording, every call is eager.
 #ifdef RETORT_WITH_CUDA
   void run(Part& part, int64_t& calls, const std::function<void()>& work, const char* name) {
     ++calls;
     if (device.is_cpu() || !options.record_graphs || recording_failed) return work();
-    if (calls == 1) {
+    if (calls <= 2) {
+      // The first call makes what persists (the gradients, the working copies); the second, in the steady state,
+      // measures the peak the recorded work will need.
+      if (calls == 1) return work();
       const AllocationTally tally;
       work();
       part.eager_peak = tally.peak_bytes();
@@ -182,7 +185,7 @@ struct GraphedTrainStep::State {
     }
     cudaStream_t stream = cuda::compute_stream(device.index);
     if (!part.graph.ready()) {
-      if (calls == 2) release_cached_blocks();
+      if (calls == 3) release_cached_blocks();
       // The eager peak and a sixteenth more for the fragmentation of another order of frees (GPT-2's step reaches
       // 1.5% past it); if that is not enough, once more with half the peak to spare.
       std::string why;

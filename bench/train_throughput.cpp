@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
     options.max_norm = grad_clip;
     options.compute_dtype = dtype;
     options.record_graphs = !graphed_work_eager;
+    // Two eager steps and the recording one stay out of the timed steps.
+    warmup = std::max<int64_t>(warmup, 3);
     graphed = std::make_unique<distill::GraphedTrainStep>(model, optimizer, options, device);
   }
   data::TokenBatch host_batch{batch, config.block_size, inputs, targets, {}};
@@ -175,6 +177,7 @@ int main(int argc, char** argv) {
       {"batch", batch},
       {"seq", config.block_size},
       {"params", model.parameter_count()},
+      {"warmup_steps", warmup},
       {"tokens_per_s", tokens_per_s},
       {"ms_per_step", 1000.0 * seconds / steps},
       {"final_loss", loss_value},

@@ -31,8 +31,8 @@ void grad_norm_and_clip_factor(const std::vector<Tensor>& grads, double max_norm
   }
   const double norm = std::sqrt(sum);
   *norm_out = static_cast<float>(norm);
-  *factor_out = max_norm > 0 && std::isfinite(norm) && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6))
-                                                                      : 1.0f;
+  *factor_out =
+      max_norm > 0 && std::isfinite(norm) && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
 }
 
 }  // namespace retort::optim

@@ -70,8 +70,8 @@ __global__ void finish_norm_kernel(const float* __restrict__ partials, int64_t c
   if (threadIdx.x == 0) {
     const double norm = sqrt(shared[0]);
     *norm_out = static_cast<float>(norm);
-    *factor_out = max_norm > 0 && isfinite(norm) && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6))
-                                                                    : 1.0f;
+    *factor_out =
+        max_norm > 0 && isfinite(norm) && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
   }
 }
 
@@ -107,7 +107,7 @@ void grad_norm_and_clip_factor_cuda(const std::vector<Tensor>& grads, double max
     chunk_base += chunks;
   }
   finish_norm_kernel<<<1, 1024, 0, cuda::current_stream()>>>(partials.data<float>(), chunk_base, max_norm, norm_out,
-                                                              factor_out);
+                                                             factor_out);
   RETORT_CUDA_CHECK_LAUNCH();
 }
 

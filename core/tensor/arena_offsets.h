@@ -26,8 +26,8 @@ class ArenaOffsets {
   size_t rounded(size_t nbytes) const;
 
   size_t capacity_, alignment_;
-  size_t end_ = 0;     // everything at or past end_ has never been taken
-  size_t in_use_ = 0;  // bytes in blocks taken and not given back
+  size_t end_ = 0;                 // everything at or past end_ has never been taken
+  size_t in_use_ = 0;              // bytes in blocks taken and not given back
   std::map<size_t, size_t> free_;  // offset -> size of the free blocks below end_, never adjacent to each other
 };
 

@@ -62,8 +62,12 @@ class HostStaging {
   }
   HostStaging(const HostStaging&) = delete;
   HostStaging& operator=(const HostStaging&) = delete;
-  void* data() const { return data_; }
-  size_t bytes() const { return bytes_; }
+  void* data() const {
+    return data_;
+  }
+  size_t bytes() const {
+    return bytes_;
+  }
 
  private:
   size_t bytes_;
@@ -144,7 +148,9 @@ struct GraphedTrainStep::State {
     if (device.is_cuda()) RETORT_CUDA_CHECK(cudaStreamSynchronize(cuda::compute_stream(device.index)));
 #endif
   }
-  float result(int index) const { return static_cast<const float*>(host_results.data())[index]; }
+  float result(int index) const {
+    return static_cast<const float*>(host_results.data())[index];
+  }
 
   // One micro-batch: every call is the same device work on the same buffers, so a graph can repeat it.
   void enqueue_micro() {
@@ -153,7 +159,8 @@ struct GraphedTrainStep::State {
     const Tensor loss = losses::cross_entropy(logits, targets, options.loss);
     Tensor loss_slot = results.rows(0, 1);
     loss_slot.copy_(loss.to(DType::F32).view({1}));
-    const Tensor scaled = options.grad_accum == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(options.grad_accum));
+    const Tensor scaled =
+        options.grad_accum == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(options.grad_accum));
     scaled.backward();
     copy_out(host_results, 0, loss_slot);
   }
@@ -281,8 +288,9 @@ double GraphedTrainStep::micro_batch(const data::TokenBatch& batch) {
   if (first)
     s.run(s.first_micro_part, s.first_micro_calls, first_work, "first micro-batch of a step (forward, loss, backward)");
   else
-    s.run(s.later_micro_part, s.later_micro_calls, [&s] { s.enqueue_micro(); },
-          "later micro-batch of a step (forward, loss, backward)");
+    s.run(
+        s.later_micro_part, s.later_micro_calls, [&s] { s.enqueue_micro(); },
+        "later micro-batch of a step (forward, loss, backward)");
 #else
   if (first)
     first_work();
@@ -303,10 +311,11 @@ double GraphedTrainStep::update(double lr) {
   State& s = *state_;
   RETORT_CHECK(!s.grads.empty(), "GraphedTrainStep::update before any micro_batch: there are no gradients");
   const auto [c1, c2] = s.optimizer.next_bias_corrections();
-  *static_cast<optim::AdamWDeviceScalars*>(s.host_scalars.data()) = optim::AdamWDeviceScalars{
-      static_cast<float>(lr), static_cast<float>(c1), static_cast<float>(c2), 1.0f};
+  *static_cast<optim::AdamWDeviceScalars*>(s.host_scalars.data()) =
+      optim::AdamWDeviceScalars{static_cast<float>(lr), static_cast<float>(c1), static_cast<float>(c2), 1.0f};
 #ifdef RETORT_WITH_CUDA
-  s.run(s.update_part, s.update_calls, [&s] { s.enqueue_update(); }, "update (norm, clip, AdamW)");
+  s.run(
+      s.update_part, s.update_calls, [&s] { s.enqueue_update(); }, "update (norm, clip, AdamW)");
 #else
   s.enqueue_update();
 #endif
@@ -319,8 +328,8 @@ double GraphedTrainStep::update(double lr) {
 bool GraphedTrainStep::graphed() const {
 #ifdef RETORT_WITH_CUDA
   const State& s = *state_;
-  const bool micro_ready = s.first_micro_part.graph.ready() &&
-                           (s.options.grad_accum == 1 || s.later_micro_part.graph.ready());
+  const bool micro_ready =
+      s.first_micro_part.graph.ready() && (s.options.grad_accum == 1 || s.later_micro_part.graph.ready());
   return micro_ready && s.update_part.graph.ready() && !s.recording_failed;
 #else
   return false;

@@ -9,9 +9,9 @@
 // The first two steps run eagerly (the first makes the gradients, the working copies and the library workspaces that
 // the graphs then reuse at fixed addresses; the second measures the peak its activations need); the third records
 // the graphs, their tensors carved from arenas of that size that reuse freed blocks (no memory nodes), and every
-// later step replays them. If a recording fails, the step says why (fallback_reason) and runs the same work eagerly from then
-// on: the results are the same either way (the update's arithmetic is one kernel in both). On the CPU everything
-// runs eagerly.
+// later step replays them. If a recording fails, the step says why (fallback_reason) and runs the same work eagerly
+// from then on: the results are the same either way (the update's arithmetic is one kernel in both). On the CPU
+// everything runs eagerly.
 #include <memory>
 #include <optional>
 #include <string>

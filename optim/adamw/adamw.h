@@ -61,8 +61,8 @@ class AdamW : public Optimizer {
   int64_t step_ = 0;
   std::vector<std::vector<Tensor>> exp_avg_, exp_avg_sq_;  // per group, per parameter
 
-  // One table per device of every parameter with a gradient (not a stale one: Tensor::mark_grad_stale); `copies_written` gets the parameters whose working
-  // copy the update rewrites.
+  // One table per device of every parameter with a gradient (not a stale one: Tensor::mark_grad_stale);
+  // `copies_written` gets the parameters whose working copy the update rewrites.
   std::vector<std::pair<Device, std::vector<AdamWTensor>>> tables(std::vector<Tensor>* copies_written);
   // The step's scalars for learning rate `lr` at step steps() + 1.
   AdamWStep step_scalars(double lr) const;

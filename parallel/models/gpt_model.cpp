@@ -195,7 +195,7 @@ void GptModel::initialize(uint64_t seed) {
 }
 
 const Tensor& GptModel::device_constant(const std::string& key, Device device,
-                                       const std::function<Tensor()>& make) const {
+                                        const std::function<Tensor()>& make) const {
   const std::lock_guard lock(constants_mutex_);
   auto [it, inserted] = constants_.try_emplace(key + "@" + device.str());
   if (inserted) it->second = make();

@@ -49,7 +49,7 @@ void check_against_float64(Device device, const std::vector<int64_t>& sizes) {
   SCOPED_TRACE(fmt::format("{} gradients on {}, norm {}", sizes.size(), device.str(), g.norm));
   const auto [norm, unclipped] = run(g.tensors, 0.0, device);
   EXPECT_NEAR(norm, g.norm, 1e-6 * g.norm);
-  EXPECT_EQ(unclipped, 1.0f);  // max_norm 0: clipping off
+  EXPECT_EQ(unclipped, 1.0f);                                  // max_norm 0: clipping off
   EXPECT_EQ(run(g.tensors, 2 * g.norm, device).second, 1.0f);  // the limit is above the norm
   const double limit = 0.25 * g.norm;
   const float factor = run(g.tensors, limit, device).second;

@@ -15,17 +15,17 @@ namespace {
 
 TEST(ArenaOffsets, RoundsReusesAndMerges) {
   ArenaOffsets a(4096, 256);
-  EXPECT_EQ(a.take(1), 0u);       // rounded to 256
-  EXPECT_EQ(a.take(300), 256u);   // 512 bytes
-  EXPECT_EQ(a.take(256), 768u);   // 256 bytes
+  EXPECT_EQ(a.take(1), 0u);      // rounded to 256
+  EXPECT_EQ(a.take(300), 256u);  // 512 bytes
+  EXPECT_EQ(a.take(256), 768u);  // 256 bytes
   EXPECT_EQ(a.high_water(), 1024u);
-  a.give_back(256, 300);          // a hole of 512 at 256
-  EXPECT_EQ(a.take(200), 256u);   // best fit: the hole
-  EXPECT_EQ(a.take(256), 512u);   // the rest of it
+  a.give_back(256, 300);         // a hole of 512 at 256
+  EXPECT_EQ(a.take(200), 256u);  // best fit: the hole
+  EXPECT_EQ(a.take(256), 512u);  // the rest of it
   EXPECT_EQ(a.high_water(), 1024u);
   a.give_back(0, 1);
   a.give_back(256, 200);
-  a.give_back(512, 256);          // merges with both neighbours into [0, 768)
+  a.give_back(512, 256);  // merges with both neighbours into [0, 768)
   EXPECT_EQ(a.take(768), 0u);
   EXPECT_EQ(a.in_use(), 1024u);
 }
@@ -44,8 +44,8 @@ TEST(ArenaOffsets, GrowsAFreeBlockAtTheEndAndRefusesWhenFull) {
   ArenaOffsets a(2048, 256);
   const size_t first = *a.take(512), last = *a.take(512);
   EXPECT_EQ(first, 0u);
-  a.give_back(last, 512);           // free [512, 1024) ends where the untouched space begins
-  EXPECT_EQ(a.take(1024), 512u);    // grows it to [512, 1536) instead of starting at 1024
+  a.give_back(last, 512);         // free [512, 1024) ends where the untouched space begins
+  EXPECT_EQ(a.take(1024), 512u);  // grows it to [512, 1536) instead of starting at 1024
   EXPECT_EQ(a.high_water(), 1536u);
   EXPECT_FALSE(a.take(1024).has_value());  // 512 left
   EXPECT_EQ(a.take(512), 1536u);

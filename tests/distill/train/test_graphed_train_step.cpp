@@ -10,8 +10,8 @@
 #include <functional>
 #include <random>
 
-#include "distill/train/graphed_train_step.h"
 #include "core/ops/ops.h"
+#include "distill/train/graphed_train_step.h"
 #include "losses/cross_entropy.h"
 #include "optim/grad_clip.h"
 #include "tests/test_support.h"

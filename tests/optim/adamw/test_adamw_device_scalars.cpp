@@ -47,9 +47,9 @@ void run_case(Device device) {
     const auto [c1, c2] = optimizer.next_bias_corrections();
     EXPECT_DOUBLE_EQ(c1, 1 - std::pow(b1, t));
     EXPECT_DOUBLE_EQ(c2, 1 - std::pow(b2, t));
-    scalars.copy_(Tensor::from_floats({static_cast<float>(lr), static_cast<float>(c1), static_cast<float>(c2),
-                                       static_cast<float>(factor)},
-                                      {4}, DType::F32, device));
+    scalars.copy_(Tensor::from_floats(
+        {static_cast<float>(lr), static_cast<float>(c1), static_cast<float>(c2), static_cast<float>(factor)}, {4},
+        DType::F32, device));
     for (size_t i = 0; i < sizes.size(); ++i) {
       const auto g = normal_values(sizes[i], static_cast<uint32_t>(100 * t + i));
       params[i].set_grad(Tensor::from_floats(g, {sizes[i]}, DType::F32, device));

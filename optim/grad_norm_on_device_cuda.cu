@@ -9,6 +9,7 @@
 #include "core/cuda/cuda_context.h"
 #include "core/util/error.h"
 #include "optim/grad_norm_on_device.h"
+#include "optim/multi_tensor_chunks.cuh"
 
 namespace retort::optim {
 namespace {
@@ -38,14 +39,7 @@ __device__ float block_sum(float value, float* shared) {
 __global__ void chunk_squares_kernel(const __grid_constant__ NormTable table, float* __restrict__ partials) {
   __shared__ float shared[kThreads / 32];
   const int64_t chunk = blockIdx.x;
-  int lo = 0, hi = table.count - 1;  // the last gradient whose first chunk is <= this block's chunk
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (table.first_chunk[mid] <= chunk)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
+  const int lo = tensor_of_chunk(table.first_chunk, table.count, chunk);
   const float* __restrict__ g = table.grads[lo];
   const int64_t begin = (chunk - table.first_chunk[lo]) * kChunk;
   const int64_t end = begin + kChunk < table.numel[lo] ? begin + kChunk : table.numel[lo];

@@ -8,6 +8,7 @@
 
 #include "core/cuda/cuda_context.h"
 #include "optim/adamw/adamw.h"
+#include "optim/multi_tensor_chunks.cuh"
 
 namespace retort::optim {
 
@@ -43,14 +44,7 @@ __global__ void adamw_multi_tensor_kernel(const __grid_constant__ AdamWTable tab
   }
   const AdamWStep& s = step;
   const int64_t chunk = blockIdx.x;
-  int lo = 0, hi = table.count - 1;  // the last tensor whose first chunk is <= this block's chunk
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (table.first_chunk[mid] <= chunk)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
+  const int lo = tensor_of_chunk(table.first_chunk, table.count, chunk);
   const AdamWTensor& t = table.tensors[lo];
   const int64_t begin = (chunk - table.first_chunk[lo]) * kChunk;
   const int64_t end = begin + kChunk < t.numel ? begin + kChunk : t.numel;

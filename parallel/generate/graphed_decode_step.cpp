@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +16,7 @@
 
 #ifdef RETORT_WITH_CUDA
 #include "core/cuda/cuda_context.h"
+#include "core/cuda/cuda_graph.h"
 #endif
 
 namespace retort::generate {
@@ -75,7 +75,7 @@ struct GraphedDecodeStep::State {
   // The step's own tensors during the capture (sized by the eager first step): the graph then has no memory nodes.
   std::unique_ptr<CaptureArena> arena;
   size_t step_bytes = 0;
-  cudaGraphExec_t exec = nullptr;
+  cuda::CudaGraph graph;  // declared after the arena: destroyed before it
   int64_t nodes = 0;
   bool capture_failed = false;
   int64_t steps = 0;
@@ -86,7 +86,6 @@ struct GraphedDecodeStep::State {
   ~State() {
     // The buffers may still be read by queued work; wait for it before handing the graph and the pinned pages back.
     if (stream) cudaStreamSynchronize(stream);
-    if (exec) cudaGraphExecDestroy(exec);
     if (host_in) cudaFreeHost(host_in);
     if (host_out) cudaFreeHost(host_out);
   }
@@ -119,88 +118,28 @@ struct GraphedDecodeStep::State {
     }
   }
 
-  // Records enqueue() into a graph; on any failure the stream leaves capture mode, the error is cleared and the
-  // steps go on eagerly.
+  // Records enqueue() into a graph; on any failure the steps go on eagerly.
   void capture() {
-    cudaGraph_t graph = nullptr;
-    std::string failure;
     // A quarter more than the eager step allocated, for allocations whose size the capture changes.
     arena = std::make_unique<CaptureArena>(device, step_bytes + step_bytes / 4 + (1 << 20));
-    RETORT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    try {
+    std::string failure;
+    {
       const CaptureArena::Scope scope(*arena);
-      enqueue();
-    } catch (const std::exception& e) {
-      failure = e.what();
+      graph = cuda::CudaGraph::record(
+          stream, [this] { enqueue(); }, &failure);
     }
-    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-    if (failure.empty() && ended != cudaSuccess)
-      failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(ended);
-    std::string kinds;
-    if (failure.empty()) {
-      size_t count = 0;
-      cudaGraphGetNodes(graph, nullptr, &count);
-      kinds = node_kinds(graph, count);
-      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-      if (made != cudaSuccess) {
-        failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(made);
-        exec = nullptr;
-      } else {
-        nodes = static_cast<int64_t>(count);
-        // Moves the one-time setup of the graph (its memory, its launch state) out of the first replay.
-        cudaGraphUpload(exec, stream);
-      }
-    }
-    if (graph) cudaGraphDestroy(graph);
-    if (!failure.empty()) {
-      cudaGetLastError();  // a failed capture leaves a (non-sticky) error behind
+    if (!graph.ready()) {
       capture_failed = true;
       arena.reset();
       spdlog::debug("generation: the decode step could not be captured in a CUDA graph ({}); decoding without one",
                     failure);
       return;
     }
+    nodes = graph.nodes();
     spdlog::debug(
         "generation: the decode step of {} sequences is one CUDA graph of {} nodes ({}), {:.1f} MiB of "
         "activations",
-        batch, nodes, kinds, arena->used() / 1048576.0);
-  }
-
-  // "kernel 120, memset 2, ...": what the graph is made of, for the log.
-  static std::string node_kinds(cudaGraph_t graph, size_t count) {
-    std::vector<cudaGraphNode_t> all(count);
-    if (count == 0 || cudaGraphGetNodes(graph, all.data(), &count) != cudaSuccess) return "";
-    std::map<std::string, int> tally;
-    for (cudaGraphNode_t node : all) {
-      cudaGraphNodeType type{};
-      cudaGraphNodeGetType(node, &type);
-      switch (type) {
-        case cudaGraphNodeTypeKernel:
-          ++tally["kernel"];
-          break;
-        case cudaGraphNodeTypeMemcpy:
-          ++tally["memcpy"];
-          break;
-        case cudaGraphNodeTypeMemset:
-          ++tally["memset"];
-          break;
-        case cudaGraphNodeTypeMemAlloc:
-          ++tally["alloc"];
-          break;
-        case cudaGraphNodeTypeMemFree:
-          ++tally["free"];
-          break;
-        case cudaGraphNodeTypeEmpty:
-          ++tally["empty"];
-          break;
-        default:
-          ++tally["other"];
-          break;
-      }
-    }
-    std::string text;
-    for (const auto& [kind, n] : tally) text += (text.empty() ? "" : ", ") + kind + " " + std::to_string(n);
-    return text;
+        batch, nodes, graph.node_kinds(), arena->used() / 1048576.0);
   }
 };
 
@@ -251,9 +190,9 @@ std::vector<int32_t> GraphedDecodeStep::run(const std::vector<int32_t>& last, co
     s.host_positions()[r] = static_cast<int32_t>(position);
   }
   // The first step warms up eagerly; the second is captured (capture only records: the graph then runs it).
-  if (s.steps >= 1 && !s.exec && !s.capture_failed) s.capture();
-  if (s.exec) {
-    RETORT_CUDA_CHECK(cudaGraphLaunch(s.exec, s.stream));
+  if (s.steps >= 1 && !s.graph.ready() && !s.capture_failed) s.capture();
+  if (s.graph.ready()) {
+    s.graph.launch(s.stream);
   } else if (s.steps == 0) {
     const AllocationTally tally;  // sizes the capture's arena
     s.enqueue();
@@ -269,7 +208,7 @@ std::vector<int32_t> GraphedDecodeStep::run(const std::vector<int32_t>& last, co
 }
 
 bool GraphedDecodeStep::graphed() const {
-  return state_->exec != nullptr;
+  return state_->graph.ready();
 }
 
 int64_t GraphedDecodeStep::graph_nodes() const {

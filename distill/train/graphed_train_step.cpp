@@ -213,9 +213,10 @@ struct GraphedTrainStep::State {
         spdlog::warn("train: {}; the steps run without graphs", fallback_reason);
         return work();
       }
-      spdlog::info("train: the {} is one CUDA graph of {} nodes ({}), {:.1f} MiB of activations in an arena of {:.1f}",
-                   name, part.graph.nodes(), part.graph.node_kinds(), part.arena->used() / 1048576.0,
-                   part.arena->capacity() / 1048576.0);
+      spdlog::info(
+          "train: the {} is one CUDA graph of {} nodes ({}), {:.1f} MiB of activations in an arena of {:.1f} MiB", name,
+          part.graph.nodes(), part.graph.node_kinds(), part.arena->used() / 1048576.0,
+          part.arena->capacity() / 1048576.0);
     }
     part.graph.launch(stream);
   }

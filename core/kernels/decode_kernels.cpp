@@ -6,47 +6,19 @@
 #include <initializer_list>
 #include <string_view>
 
+#include "core/kernels/dispatch.h"
 #include "core/profile/op_profiler.h"
 #include "core/util/error.h"
 
 namespace retort::kernels {
-namespace {
 
-#ifdef RETORT_WITH_CUDA
-#define RETORT_DECODE_DISPATCH(device, fn, ...)     \
-  do {                                              \
-    ::retort::profile::Range range_(#fn, (device)); \
-    if ((device).is_cuda()) {                       \
-      ::retort::kernels::cuda::fn(__VA_ARGS__);     \
-    } else {                                        \
-      ::retort::kernels::cpu::fn(__VA_ARGS__);      \
-    }                                               \
-  } while (0)
-#else
-#define RETORT_DECODE_DISPATCH(device, fn, ...)                                                       \
-  do {                                                                                                \
-    ::retort::profile::Range range_(#fn, (device));                                                   \
-    RETORT_CHECK(!(device).is_cuda(), "{}: this build has no CUDA backend (rebuild with nvcc)", #fn); \
-    ::retort::kernels::cpu::fn(__VA_ARGS__);                                                          \
-  } while (0)
-#endif
+using dispatch::same_device;
+
+namespace {
 
 // The normed rows of one launch live in the GPU kernel's shared memory: at most this many bytes (a block of the
 // kernel still fits an SM of every GPU retort builds for, with room for a second one on Hopper).
 constexpr int64_t kSmallMSharedBytes = 96 * 1024;
-
-void same_device(std::initializer_list<const Tensor*> tensors, const char* op) {
-  const Tensor* first = nullptr;
-  for (const Tensor* t : tensors) {
-    if (!t->defined()) continue;
-    if (!first) {
-      first = t;
-      continue;
-    }
-    RETORT_CHECK(t->device() == first->device(), "{}: tensors on different devices ({} and {})", op, first->describe(),
-                 t->describe());
-  }
-}
 
 void vector_of(const Tensor& t, int64_t n, DType dtype, const char* what, const char* op) {
   if (!t.defined()) return;
@@ -123,7 +95,7 @@ void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, 
     vector_of(norm.bias, K, norm_dtype, "norm bias", op);
     RETORT_CHECK(norm.kind == RowNormKind::LayerNorm || !norm.bias.defined(), "{}: RMSNorm has no bias", op);
   }
-  RETORT_DECODE_DISPATCH(x.device(), small_m_linear, x, norm, weight, bias, weight2, bias2, residual, epilogue, out);
+  RETORT_DISPATCH(x.device(), small_m_linear, x, norm, weight, bias, weight2, bias2, residual, epilogue, out);
 }
 
 void embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2, const Tensor& ids2, Tensor& out) {
@@ -140,7 +112,7 @@ void embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2,
   RETORT_CHECK(is_floating(table.dtype()) && is_floating(out.dtype()) && out.ndim() == 2 &&
                    out.size(0) == ids.numel() && out.size(1) == table.size(1),
                "{}: out {} does not fit {} ids of width {}", op, out.describe(), ids.numel(), table.size(1));
-  RETORT_DECODE_DISPATCH(table.device(), embedding_sum, table, ids, table2, ids2, out);
+  RETORT_DISPATCH(table.device(), embedding_sum, table, ids, table2, ids2, out);
 }
 
 }  // namespace retort::kernels

@@ -8,45 +8,15 @@
 #ifdef RETORT_WITH_CUDA
 #include "core/kernels/cuda/flash_attention.h"
 #endif
+#include "core/kernels/dispatch.h"
 #include "core/profile/op_profiler.h"
 #include "core/util/error.h"
 
 namespace retort::kernels {
 
+using dispatch::same_device;
+
 namespace {
-
-#ifdef RETORT_WITH_CUDA
-// Each dispatch is one op of an open op profile (core/profile/op_profiler.h); a relaxed load when none is.
-#define RETORT_DISPATCH(device, fn, ...)            \
-  do {                                              \
-    ::retort::profile::Range range_(#fn, (device)); \
-    if ((device).is_cuda()) {                       \
-      ::retort::kernels::cuda::fn(__VA_ARGS__);     \
-    } else {                                        \
-      ::retort::kernels::cpu::fn(__VA_ARGS__);      \
-    }                                               \
-  } while (0)
-#else
-#define RETORT_DISPATCH(device, fn, ...)                                                              \
-  do {                                                                                                \
-    ::retort::profile::Range range_(#fn, (device));                                                   \
-    RETORT_CHECK(!(device).is_cuda(), "{}: this build has no CUDA backend (rebuild with nvcc)", #fn); \
-    ::retort::kernels::cpu::fn(__VA_ARGS__);                                                          \
-  } while (0)
-#endif
-
-void same_device(std::initializer_list<const Tensor*> tensors, const char* op) {
-  const Tensor* first = nullptr;
-  for (const Tensor* t : tensors) {
-    if (!t->defined()) continue;
-    if (!first) {
-      first = t;
-      continue;
-    }
-    RETORT_CHECK(t->device() == first->device(), "{}: tensors on different devices ({} and {})", op, first->describe(),
-                 t->describe());
-  }
-}
 
 void same_shape(const Tensor& a, const Tensor& b, const char* op) {
   RETORT_CHECK(a.shape() == b.shape(), "{}: shapes differ ({} vs {})", op, a.describe(), b.describe());

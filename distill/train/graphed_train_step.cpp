@@ -193,8 +193,8 @@ struct GraphedTrainStep::State {
     cudaStream_t stream = cuda::compute_stream(device.index);
     if (!part.graph.ready()) {
       if (calls == 3) release_cached_blocks();
-      // The eager peak and a sixteenth more for the fragmentation of another order of frees (GPT-2's step reaches
-      // 1.5% past it); if that is not enough, once more with half the peak to spare.
+      // The eager peak and a sixteenth more for the fragmentation of another order of frees; if that is not enough,
+      // once more with half the peak to spare.
       std::string why;
       for (const size_t spare : {part.eager_peak / 16, part.eager_peak / 2}) {
         part.arena = std::make_unique<CaptureArena>(device, part.eager_peak + spare + (64 << 20),

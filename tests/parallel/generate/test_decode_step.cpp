@@ -14,9 +14,13 @@
 #include "parallel/generate/kv_cache.h"
 #include "parallel/models/gpt_model.h"
 #include "tests/parallel/comm/test_comm_support.h"
+#include "tests/parallel/generate/decode_script_test_support.h"
 
 namespace retort {
 namespace {
+
+using decode_testing::kPrompts;
+using decode_testing::run_script;
 
 GptConfig gpt_config(bool tied) {
   GptConfig c;
@@ -47,43 +51,6 @@ struct Case {
 
 std::vector<Case> cases() {
   return {{"gpt tied", gpt_config(true)}, {"gpt untied", gpt_config(false)}, {"qwen3", qwen3_config()}};
-}
-
-const std::vector<std::vector<int32_t>> kPrompts{{3, 9, 27, 17, 51}, {44, 2}, {8, 8, 60, 1, 33, 19, 7}};
-
-// Runs a right-padded prefill and `steps` decode steps of one token per row on `model`, returning every call's
-// logits as floats (bf16 logits are exact in float). `decode` picks the step: forward_cached or decode_step.
-std::vector<std::vector<float>> run_script(const GptModel& model, DType dtype, int steps, bool use_decode_step) {
-  NoGradGuard no_grad;
-  const int64_t B = static_cast<int64_t>(kPrompts.size()), width = 7;
-  generate::KvCache cache(model, B, model.config().block_size, dtype, Device::cpu());
-  std::vector<int32_t> padded(static_cast<size_t>(B * width), 0);
-  std::vector<int64_t> valid;
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(kPrompts[b].begin(), kPrompts[b].end(), padded.begin() + b * width);
-    valid.push_back(static_cast<int64_t>(kPrompts[b].size()));
-  }
-  std::vector<std::vector<float>> out{
-      model.forward_cached(Tensor::from_ints(padded, {B, width}), valid, cache, dtype).to_floats()};
-  const Tensor inv_freq = model.rope_frequencies(Device::cpu());
-  for (int step = 0; step < steps; ++step) {
-    std::vector<int32_t> tokens, positions;
-    for (int64_t b = 0; b < B; ++b) {
-      tokens.push_back(static_cast<int32_t>((step * 13 + b * 7 + 5) % model.config().vocab_size));
-      positions.push_back(static_cast<int32_t>(cache.length(b)));
-    }
-    const std::vector<int64_t> ones(static_cast<size_t>(B), 1);
-    if (use_decode_step) {
-      out.push_back(model
-                        .decode_step(Tensor::from_ints(tokens, {B, 1}), Tensor::from_ints(positions, {B, 1}), inv_freq,
-                                     cache, dtype)
-                        .to_floats());
-      cache.advance(ones);
-    } else {
-      out.push_back(model.forward_cached(Tensor::from_ints(tokens, {B, 1}), ones, cache, dtype).to_floats());
-    }
-  }
-  return out;
 }
 
 TEST(InferenceCopy, Bf16LogitsEqualTheModelsBitForBit) {

@@ -18,24 +18,12 @@ namespace retort {
 namespace {
 
 using decoder_ops_testing::normal_values;
+using decoder_ops_testing::scaled_error;
+using decoder_ops_testing::stored;
 using testing::relative_error;
 
 #define SKIP_WITHOUT_GPU() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
-
-Tensor stored(const std::vector<double>& v, const Shape& shape, DType dtype, Device device = Device::cpu()) {
-  return Tensor::from_doubles(v, shape, DType::F64).to(dtype).to(device);
-}
-
-// Largest |got - ref| over the largest |ref|.
-double scaled_error(const std::vector<double>& got, const std::vector<double>& ref) {
-  double err = 0, scale = 1e-30;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::abs(got[i] - ref[i]));
-    scale = std::max(scale, std::abs(ref[i]));
-  }
-  return err / scale;
-}
 
 // f64: rounding of float64 sums; f32: float32 sums of a few hundred terms; bf16: the result rounded to 8 bits
 // (and, for the norms, the sum rounded before it is normed, which the reference reproduces).

@@ -23,6 +23,8 @@ namespace retort {
 namespace {
 
 using decoder_ops_testing::normal_values;
+using decoder_ops_testing::scaled_error;
+using decoder_ops_testing::stored;
 using kernels::LinearEpilogue;
 using kernels::RowNormKind;
 
@@ -41,20 +43,6 @@ double round_to(DType dtype, double v) {
 std::vector<double> rounded_all(DType dtype, std::vector<double> v) {
   for (double& x : v) x = round_to(dtype, x);
   return v;
-}
-
-Tensor stored(const std::vector<double>& v, const Shape& shape, DType dtype, Device device) {
-  return Tensor::from_doubles(v, shape, DType::F64).to(dtype).to(device);
-}
-
-// Largest |got - ref| over the largest |ref|.
-double scaled_error(const std::vector<double>& got, const std::vector<double>& ref) {
-  double err = 0, scale = 1e-30;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::abs(got[i] - ref[i]));
-    scale = std::max(scale, std::abs(ref[i]));
-  }
-  return err / scale;
 }
 
 double tolerance(DType dtype) {

@@ -4,6 +4,7 @@
 // written out here in float64, independently of the kernels.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -168,6 +169,21 @@ inline CachedRun run_cached(const Tensor& q, const Tensor& k, const Tensor& v, i
     t0 += n;
   }
   return {out, k_cache.to_doubles(), v_cache.to_doubles()};
+}
+
+// `v` stored as `dtype` on `device` (rounded once from float64).
+inline Tensor stored(const std::vector<double>& v, const Shape& shape, DType dtype, Device device = Device::cpu()) {
+  return Tensor::from_doubles(v, shape, DType::F64).to(dtype).to(device);
+}
+
+// Largest |got - ref| over the largest |ref|.
+inline double scaled_error(const std::vector<double>& got, const std::vector<double>& ref) {
+  double err = 0, scale = 1e-30;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err = std::max(err, std::abs(got[i] - ref[i]));
+    scale = std::max(scale, std::abs(ref[i]));
+  }
+  return err / scale;
 }
 
 }  // namespace retort::decoder_ops_testing

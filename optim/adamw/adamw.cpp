@@ -159,11 +159,13 @@ void AdamW::enqueue_update_from_device(const float* device_scalars) {
 
 void AdamW::advance_step() {
   ++step_;
-  std::vector<Tensor> copies_written;
-  (void)tables(&copies_written);
   for (auto& group : groups_)
-    for (auto& [name, p] : group.params) nn::mark_written(p);
-  for (const Tensor& p : copies_written) nn::mark_working_copy_fresh(p);
+    for (auto& [name, p] : group.params) {
+      nn::mark_written(p);
+      // The update rewrote the working copy of every parameter whose gradient it read (tables()'s choice).
+      if (p.grad().defined() && !p.grad_is_stale() && nn::working_copy_buffer(p).defined())
+        nn::mark_working_copy_fresh(p);
+    }
 }
 
 OptimizerState AdamW::state() const {

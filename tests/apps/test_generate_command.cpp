@@ -209,7 +209,7 @@ fs::path run_with_data_folder(const fs::path& run_dir, const std::string& name, 
   if (tokenizer) fs::copy_file(*tokenizer, data / "tokenizer.model");
   std::ifstream in(copy / "config.yaml");
   std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string old_dir = (fs::temp_directory_path() / "retort_test_tiny_data").string();
+  const std::string old_dir = testing::process_temp_path("tiny_data").string();
   const size_t at = config.find(old_dir);
   EXPECT_NE(at, std::string::npos) << config;
   config.replace(at, old_dir.size(), data.string());
@@ -218,7 +218,7 @@ fs::path run_with_data_folder(const fs::path& run_dir, const std::string& name, 
 }
 
 TEST_F(GenerateCommand, AMissingOrForeignTokenizerSaysWhichFileAndWhatToDo) {
-  const fs::path data = fs::temp_directory_path() / "retort_test_tiny_data";
+  const fs::path data = testing::process_temp_path("tiny_data");
   std::ifstream in(data / "manifest.json");
   const nlohmann::json manifest = nlohmann::json::parse(in);
   std::ostringstream out;

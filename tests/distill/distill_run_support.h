@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 // A small corpus (the first 40 kB of one fortunes file) so the teacher, its cache and the students take seconds.
 inline std::vector<std::string> small_run_overrides(const fs::path& run_dir) {
   static const fs::path corpus = [] {
-    const fs::path file = fs::temp_directory_path() / "retort_test_distill_corpus.txt";
+    const fs::path file = process_temp_path("distill_corpus.txt");
     std::ifstream in("/usr/share/games/fortunes/computers", std::ios::binary);
     std::string text(40000, '\0');
     in.read(text.data(), static_cast<std::streamsize>(text.size()));
@@ -33,7 +33,7 @@ inline std::vector<std::string> small_run_overrides(const fs::path& run_dir) {
   }();
   return {"run.dir=" + run_dir.string(),
           "data.corpus=" + corpus.string(),
-          "data.dir=" + (fs::temp_directory_path() / "retort_test_distill_data").string(),
+          "data.dir=" + process_temp_path("distill_data").string(),
           "data.vocab_size=384",
           "model.block_size=16",
           "model.n_layer=1",
@@ -53,7 +53,7 @@ inline std::vector<std::string> small_run_overrides(const fs::path& run_dir) {
 // 2 x 48 teacher of 8 steps and two 1 x 32 students of 12, all checkpointed every 4 steps.
 inline std::vector<std::string> pipeline_run_overrides(const fs::path& run_dir) {
   static const fs::path corpus = [] {
-    const fs::path file = fs::temp_directory_path() / "retort_test_pipeline_corpus.txt";
+    const fs::path file = process_temp_path("pipeline_corpus.txt");
     std::ifstream in("/usr/share/games/fortunes/computers", std::ios::binary);
     std::string text(12000, '\0');
     in.read(text.data(), static_cast<std::streamsize>(text.size()));
@@ -63,8 +63,7 @@ inline std::vector<std::string> pipeline_run_overrides(const fs::path& run_dir) 
   }();
   auto overrides = small_run_overrides(run_dir);
   overrides.insert(overrides.end(),
-                   {"data.corpus=" + corpus.string(),
-                    "data.dir=" + (fs::temp_directory_path() / "retort_test_pipeline_data").string(),
+                   {"data.corpus=" + corpus.string(), "data.dir=" + process_temp_path("pipeline_data").string(),
                     "teacher.n_layer=2", "teacher.n_head=2", "teacher.n_embd=48", "teacher.steps=8",
                     "teacher.checkpoint_every=4", "teacher.lr=3e-3", "teacher.min_lr=3e-3", "train.steps=12",
                     "train.checkpoint_every=4", "distill.k=8", "distill.cache_dtype=f32", "distill.kd_ratio=0.9"});

@@ -34,7 +34,7 @@ namespace fs = std::filesystem;
 std::vector<std::string> xtoken_overrides(const fs::path& run_dir) {
   auto o = testing::pipeline_run_overrides(run_dir);
   o.insert(o.end(), {"distill.xtoken.enabled=true", "teacher.data.vocab_size=512",
-                     "teacher.data.dir=" + (fs::temp_directory_path() / "retort_test_xtoken_teacher_data").string()});
+                     "teacher.data.dir=" + testing::process_temp_path("xtoken_teacher_data").string()});
   return o;
 }
 

@@ -29,7 +29,7 @@ std::vector<std::string> tiny_llama(const fs::path& run_dir) {
   auto args = testing::tiny_overrides(run_dir);
   args.insert(args.end(), {"model.family=llama", "model.n_head=4", "model.n_kv_head=2", "model.intermediate_size=64",
                            "data.vocab_size=510"});
-  args.push_back("data.dir=" + (fs::temp_directory_path() / "retort_test_tiny_data_510").string());
+  args.push_back("data.dir=" + testing::process_temp_path("tiny_data_510").string());
   return args;
 }
 
@@ -61,7 +61,7 @@ TEST(HfFolders, AFineTunedRunsTokenizerIsFoundFromTheRunFolder) {
   const fs::path run = testing::fresh_dir("hf_finetuned_tokenizer");
   auto args = testing::tiny_overrides(run);
   args.insert(args.end(), {"model.from=" + kQwen3.string(), "data.vocab_size=8192",
-                           "data.dir=" + (fs::temp_directory_path() / "retort_test_tiny_data_qwen3").string()});
+                           "data.dir=" + testing::process_temp_path("tiny_data_qwen3").string()});
   run_label_training(testing::resolve(args), Device::cpu(), false);
   const data::Tokenizer tokenizer = load_run_tokenizer(run);
   const data::Tokenizer folders = data::Tokenizer::load(kQwen3 / "tokenizer.json");

@@ -2,7 +2,7 @@
 // The kernels of a decode step with few rows (one new token for each of a few sequences), where a step is a chain of
 // matrix-vector products too small to fill the GPU and every separate launch costs as much as its work:
 //
-//   small_m_linear   out [M, N] = epilogue(prologue(x) [M, K] W^T + bias) for M <= kSmallMMaxRows, one launch:
+//   small_m_linear   out [M, N] = epilogue(prologue(x) [M, K] W^T + bias) for M <= kSmallMMaxRows, in one launch:
 //                    the norm of each input row (LayerNorm or RMSNorm) as a prologue, the product read once from a
 //                    weight streamed at memory bandwidth, and the bias, GELU, SwiGLU or residual add as an epilogue;
 //   embedding_sum    the token row plus the position row, rounded once to the compute dtype, one launch.
@@ -33,11 +33,12 @@ enum class LinearEpilogue {
   SwiGlu,    // out = silu(round(v)) * round(v2), v2 from weight2 / bias2 (the Llama MLP's gate and up)
 };
 
-// The rows one small-m launch takes; more rows go through the ordinary products.
-constexpr int64_t kSmallMMaxRows = 8;
+// The rows small_m_linear takes; more rows go through the ordinary products. On the GPU, bf16 rows past 4 run on the
+// tensor cores (K a multiple of 32, one launch); other rows past 8 go in launches of 8 rows on the CUDA cores.
+constexpr int64_t kSmallMMaxRows = 32;
 
 // Whether small_m_linear takes `rows` input rows of `in_features` values of `dtype`: rows in [1, kSmallMMaxRows]
-// and the normed rows fit the GPU kernel's shared memory.
+// and 8 normed rows fit the CUDA-core kernel's shared memory.
 bool small_m_linear_fits(int64_t rows, int64_t in_features, DType dtype);
 
 // x [M, K]; weight [N, K]; bias [N] or undefined; weight2 / bias2 like weight / bias (SwiGlu only, else undefined);

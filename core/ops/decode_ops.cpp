@@ -14,7 +14,7 @@ namespace {
 // CUDA graphs) the fused step is 1.52x the unfused one at 1 row, 1.35x at 2, 1.04x at 4 and 0.95x at 8
 // (bench/results/2026-11-26-h100-decode-fused/run2): past 4 rows the products stop being bound by reading the
 // weights once, and cuBLAS's tiles win.
-constexpr int64_t kDefaultMaxFusedRows = 4;
+constexpr int64_t kDefaultMaxFusedRows = kernels::kSmallMMaxRows;
 
 // The rows up to which a decode step takes the fused products (at most kernels::kSmallMMaxRows, what one launch
 // takes): RETORT_DECODE_FUSED_MAX_ROWS in the environment, else kDefaultMaxFusedRows.

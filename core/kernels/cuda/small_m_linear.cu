@@ -30,44 +30,21 @@
 #include "core/kernels/cuda/common.cuh"  // first: it configures fmt for nvcc
 // clang-format on
 
-#include <map>
-#include <mutex>
-#include <set>
+#include <algorithm>
 #include <type_traits>
-#include <utility>
 
-#include "core/kernels/cuda/dependent_launch.cuh"
+#include "core/kernels/cuda/small_m_linear_parts.cuh"
 #include "core/kernels/decode_kernels.h"
 
 namespace retort::kernels::cuda {
 namespace {
 using namespace detail;
+using namespace small_m;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kChunks = 4;      // packs a lane loads per pass over a weight row
 constexpr int kTilesPerSm = 4;  // the grid: at most this many blocks per SM, the rest of the tiles in a loop
-
-enum : int { kNormNone = 0, kNormLayer = 1, kNormRms = 2 };
-enum : int { kEpiNone = 0, kEpiGelu = 1, kEpiResidual = 2, kEpiSwiGlu = 3 };
-
-struct Params {
-  const void* x;         // [rows, K]
-  const void* weight;    // [N, K]
-  const void* weight2;   // [N, K] (SwiGLU) or null
-  const void* bias;      // [N] or null
-  const void* bias2;     // [N] or null
-  const void* norm_w;    // [K] or null
-  const void* norm_b;    // [K] or null
-  const void* residual;  // [rows, N] or null
-  void* out;             // [rows, N]
-  int64_t rows, K, N;
-  int norm;
-  bool norm_f32;  // the norm's weight and bias are f32 (else the rows' dtype)
-  int epilogue;
-  int split;  // warps per output row: 1, 2, 4 or 8
-  float eps;
-};
 
 // One pass's weights of a lane: kPack values, kept raw (bf16 or f32) until the arithmetic.
 template <typename T, bool kVec>
@@ -127,21 +104,6 @@ __device__ __forceinline__ void load_row_values(const T* p, float (&v)[kVec ? 8 
     load8(p, v);
   else
     v[0] = to_f32(*p);
-}
-
-__device__ __forceinline__ float gelu_tanh(float x) {
-  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
-  constexpr float kA = 0.044715f;
-  return 0.5f * x * (1.f + tanhf(kC * (x + kA * x * x * x)));
-}
-
-__device__ __forceinline__ float silu(float g) {
-  return g * (1.f / (1.f + expf(-g)));
-}
-
-template <typename T>
-__device__ __forceinline__ float rounded(float v) {
-  return to_f32(from_f32<T>(v));
 }
 
 __device__ __forceinline__ float norm_param(const void* p, bool f32, int64_t k, const bf16*) {
@@ -244,43 +206,6 @@ __device__ void stage_rows(const Params& p, T* rows_s) {
   }
 }
 
-// The operands of one output's epilogue, loaded by the lane that finishes it before it has its sums (right after the
-// wait for the first tile), so that no load stands between the sums and the store.
-struct EpilogueInputs {
-  float bias = 0.f, bias2 = 0.f, residual = 0.f;
-};
-
-template <typename T>
-__device__ __forceinline__ EpilogueInputs load_epilogue(const Params& p, int64_t m, int64_t n) {
-  EpilogueInputs e;
-  if (p.bias) e.bias = to_f32(static_cast<const T*>(p.bias)[n]);
-  if (p.bias2) e.bias2 = to_f32(static_cast<const T*>(p.bias2)[n]);
-  if (p.residual) e.residual = to_f32(static_cast<const T*>(p.residual)[m * p.N + n]);
-  return e;
-}
-
-// The epilogue of output (m, n) from its float32 sums, rounded once into out.
-template <typename T>
-__device__ __forceinline__ void finish(const Params& p, int64_t m, int64_t n, float v, float v2,
-                                       const EpilogueInputs& e) {
-  v += e.bias;
-  float r = v;
-  switch (p.epilogue) {
-    case kEpiGelu:
-      r = gelu_tanh(v);
-      break;
-    case kEpiResidual:
-      r = rounded<T>(v) + e.residual;
-      break;
-    case kEpiSwiGlu:
-      r = silu(rounded<T>(v)) * rounded<T>(v2 + e.bias2);
-      break;
-    default:
-      break;
-  }
-  static_cast<T*>(p.out)[m * p.N + n] = from_f32<T>(r);
-}
-
 // Folds the lanes' partial sums of kM rows into totals: log2(kM) halving steps (at offsets 16, 8, ...: each lane
 // keeps one half of its rows, adds its partner's partial sums of that half and hands over the other half), then a
 // plain reduction over the remaining offsets. Afterwards every lane holds the total of row row_of_lane<kM>(lane).
@@ -315,26 +240,6 @@ __device__ __forceinline__ int row_of_lane(int lane) {
 template <int kM>
 __device__ __forceinline__ bool holds_row(int lane) {
   return (lane & (32 / kM - 1)) == 0;
-}
-
-// Moves the weight rows of tile `tile` towards L2 (one bulk request per weight, by one thread).
-template <typename T, bool kVec, bool kDual>
-__device__ __forceinline__ void prefetch_tile(const Params& p, int64_t tile, int rows_per_tile) {
-  if constexpr (kVec) {
-    const int64_t first = tile * rows_per_tile;
-    const int64_t count = min(static_cast<int64_t>(rows_per_tile), p.N - first);
-    const uint32_t bytes = static_cast<uint32_t>(count * p.K * static_cast<int64_t>(sizeof(T)));
-    prefetch_l2(static_cast<const T*>(p.weight) + first * p.K, bytes);
-    if constexpr (kDual) prefetch_l2(static_cast<const T*>(p.weight2) + first * p.K, bytes);
-  }
-}
-
-// The norm's parameters towards L2 (they are read by every block).
-__device__ __forceinline__ void prefetch_norm(const Params& p, bool vec) {
-  if (!vec || p.norm == kNormNone) return;
-  const uint32_t bytes = static_cast<uint32_t>(p.K * (p.norm_f32 ? 4 : 2));
-  prefetch_l2(p.norm_w, bytes);
-  if (p.norm_b) prefetch_l2(p.norm_b, bytes);
 }
 
 // One input row, one pass over each weight row (packs <= 32 * split * kC), and a norm only when a warp owns a row
@@ -592,31 +497,6 @@ size_t shared_bytes(int64_t rows, int64_t K, size_t element, int kM) {
   return (static_cast<size_t>(rows * K) * element + 15) / 16 * 16 + 2 * kWarps * kM * sizeof(float);
 }
 
-// What a launch needs to know about one kernel on each device, found once: whether its shared memory limit was raised
-// past the 48 KiB default, and how many of its blocks an SM holds at each shared memory size (the grid).
-struct KernelFacts {
-  std::mutex mutex;
-  std::map<std::pair<int, size_t>, int> resident;  // (device, shared bytes) -> blocks per SM
-  std::set<int> raised;                            // devices
-};
-
-int blocks_per_sm(const void* kernel, size_t shared, KernelFacts& facts) {
-  const int device = rc::current_device();
-  const std::lock_guard<std::mutex> lock(facts.mutex);
-  if (shared > 48 * 1024 && !facts.raised.count(device)) {
-    const int most = static_cast<int>(rc::device_properties(device).sharedMemPerBlockOptin);
-    RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    facts.raised.insert(device);
-  }
-  const auto key = std::make_pair(device, shared);
-  if (auto it = facts.resident.find(key); it != facts.resident.end()) return it->second;
-  int blocks = 0;
-  RETORT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, shared));
-  blocks = std::max(blocks, 1);
-  facts.resident.emplace(key, blocks);
-  return blocks;
-}
-
 template <typename T, int kM, bool kVec, bool kDual>
 void launch(const Params& p, int64_t tiles, bool dependent) {
   static KernelFacts facts;
@@ -624,7 +504,7 @@ void launch(const Params& p, int64_t tiles, bool dependent) {
   auto* kernel = &rows_kernel<T, kM, kVec, kDual>;
   // One wave of blocks at most: the rest of the tiles go round the grid-stride loop.
   const int64_t resident = static_cast<int64_t>(sm_count()) *
-                           std::min(kTilesPerSm, blocks_per_sm(reinterpret_cast<const void*>(kernel), shared, facts));
+                           std::min(kTilesPerSm, blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, shared, facts));
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));
   launch_dependent(kernel, dim3(grid), dim3(kThreads), shared, rc::current_stream(), dependent, p);
 }
@@ -634,7 +514,7 @@ void launch_one_row(const Params& p, int64_t tiles, bool dependent) {
   static KernelFacts facts;
   auto* kernel = &one_row_kernel<T, NW, kDual, kC>;
   const int64_t resident = static_cast<int64_t>(sm_count()) *
-                           std::min(kTilesPerSm, blocks_per_sm(reinterpret_cast<const void*>(kernel), 0, facts));
+                           std::min(kTilesPerSm, blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, 0, facts));
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));
   launch_dependent(kernel, dim3(grid), dim3(kThreads), 0, rc::current_stream(), dependent, p);
 }
@@ -670,6 +550,49 @@ void launch_rows(const Params& p, int64_t tiles, bool dependent) {
   return launch<T, 8, kVec, kDual>(p, tiles, dependent);
 }
 
+// Packs of 8 when every row the kernels read starts on a 16-byte boundary.
+bool vectorizable(const Params& p) {
+  return p.K % 8 == 0 && aligned16(p.x) && aligned16(p.weight) && (!p.weight2 || aligned16(p.weight2)) &&
+         (!p.norm_w || aligned16(p.norm_w)) && (!p.norm_b || aligned16(p.norm_b));
+}
+
+// One launch of the CUDA-core kernels for at most 8 rows.
+void launch_cuda_cores(Params p, DType dtype, bool dependent) {
+  const int64_t M = p.rows, K = p.K, N = p.N;
+  const bool vec = vectorizable(p);
+  const int64_t packs = vec ? K / 8 : K;
+  // Warps per row: few enough packs per lane for one pass, then more while the tiles would leave SMs idle.
+  int split = 1;
+  while (split < kWarps && packs > 32 * split * kChunks) split *= 2;
+  const auto tiles_for = [&](int s) { return (N + kWarps / s - 1) / (kWarps / s); };
+  while (split < kWarps && tiles_for(split) < sm_count() && packs >= 64 * split) split *= 2;
+  p.split = split;
+  const int64_t tiles = tiles_for(split);
+  const bool dual = p.weight2 != nullptr;
+  // One row in one pass, normed only where a warp owns a weight row: the kernel without shared-memory staging.
+  const bool one_row = vec && M == 1 && packs <= 32 * split * kChunks && (p.norm == kNormNone || split == 1);
+  dispatch_float(dtype, "small_m_linear", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (one_row) {
+      if (dual)
+        launch_one_row_norm<T, true>(p, tiles, dependent);
+      else
+        launch_one_row_norm<T, false>(p, tiles, dependent);
+    } else if (vec) {
+      if (dual)
+        launch_rows<T, true, true>(p, tiles, dependent);
+      else
+        launch_rows<T, true, false>(p, tiles, dependent);
+    } else {
+      // One value per load: any K, any alignment (a reference path more than a fast one).
+      if (dual)
+        launch<T, 8, false, true>(p, tiles, dependent);
+      else
+        launch<T, 8, false, false>(p, tiles, dependent);
+    }
+  });
+}
+
 }  // namespace
 
 void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
@@ -698,41 +621,19 @@ void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, 
                : epilogue == LinearEpilogue::SwiGlu   ? kEpiSwiGlu
                                                       : kEpiNone;
   p.eps = norm.eps;
-  // Packs of 8 when every row the kernel reads starts on a 16-byte boundary.
-  const bool vec = K % 8 == 0 && aligned16(p.x) && aligned16(p.weight) && (!p.weight2 || aligned16(p.weight2)) &&
-                   (!p.norm_w || aligned16(p.norm_w)) && (!p.norm_b || aligned16(p.norm_b));
-  const int64_t packs = vec ? K / 8 : K;
-  // Warps per row: few enough packs per lane for one pass, then more while the tiles would leave SMs idle.
-  int split = 1;
-  while (split < kWarps && packs > 32 * split * kChunks) split *= 2;
-  const auto tiles_for = [&](int s) { return (N + kWarps / s - 1) / (kWarps / s); };
-  while (split < kWarps && tiles_for(split) < sm_count() && packs >= 64 * split) split *= 2;
-  p.split = split;
-  const int64_t tiles = tiles_for(split);
   const bool dependent = decode_dependent_launch_enabled() && dependent_launch_supported();
-  const bool dual = p.weight2 != nullptr;
-  // One row in one pass, normed only where a warp owns a weight row: the kernel without shared-memory staging.
-  const bool one_row = vec && M == 1 && packs <= 32 * split * kChunks && (p.norm == kNormNone || split == 1);
-  dispatch_float(x.dtype(), "small_m_linear", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (one_row) {
-      if (dual)
-        launch_one_row_norm<T, true>(p, tiles, dependent);
-      else
-        launch_one_row_norm<T, false>(p, tiles, dependent);
-    } else if (vec) {
-      if (dual)
-        launch_rows<T, true, true>(p, tiles, dependent);
-      else
-        launch_rows<T, true, false>(p, tiles, dependent);
-    } else {
-      // One value per load: any K, any alignment (a reference path more than a fast one).
-      if (dual)
-        launch<T, 8, false, true>(p, tiles, dependent);
-      else
-        launch<T, 8, false, false>(p, tiles, dependent);
-    }
-  });
+  if (mma_takes(p, x.dtype(), vectorizable(p))) return launch_mma(p, dependent);
+  // The CUDA-core kernels take 8 rows a launch: more rows (f32, or rows the tensor-core kernel does not take) go in
+  // groups of 8, each a launch of its own.
+  const size_t element = dtype_size(x.dtype());
+  for (int64_t first = 0; first < M; first += kWarps) {
+    Params g = p;
+    g.rows = std::min<int64_t>(kWarps, M - first);
+    g.x = static_cast<const char*>(p.x) + first * K * element;
+    g.out = static_cast<char*>(p.out) + first * N * element;
+    if (p.residual) g.residual = static_cast<const char*>(p.residual) + first * N * element;
+    launch_cuda_cores(g, x.dtype(), dependent);
+  }
 }
 
 }  // namespace retort::kernels::cuda

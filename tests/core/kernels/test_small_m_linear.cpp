@@ -1,9 +1,11 @@
 // The decode kernels (core/kernels/decode_kernels.h) against their math written here in float64:
-//   small_m_linear: epilogue(norm(x) W^T + bias) for 1..8 rows, with each prologue (none, LayerNorm with and
+//   small_m_linear: epilogue(norm(x) W^T + bias) for 1..32 rows, with each prologue (none, LayerNorm with and
 //   without bias, RMSNorm, the norm's weight in f32 under bf16 rows) and each epilogue (none, GELU, residual add,
 //   SwiGLU), at widths that take the GPU's 16-byte packs, widths that do not (K not a multiple of 8), several warps
 //   per output row (K 3072), several passes per row (K 8448), more tiles than blocks (N 5000), and more than 48 KiB
-//   of shared memory (8 rows of 3072);
+//   of shared memory (8 rows of 3072); past 4 bf16 rows the GPU's tensor-core kernel, with its rows whole in shared
+//   memory and in chunks (32 rows of 4096), feature counts that are not a multiple of its 16, and rows it does not
+//   take (K not a multiple of 32, f32) in launches of 8;
 //   embedding_sum: the token row plus the position row, rounded once.
 // The reference rounds where the kernels are specified to round (the normed row, a linear output before the residual
 // add or SwiGLU, the result), so the comparison measures only the order of the float32 sums. CPU in f64, f32 and
@@ -161,12 +163,12 @@ double run_case(const Case& c, DType dtype, Device device, uint32_t seed) {
   return scaled_error(got, p.ref);
 }
 
-// Every prologue and epilogue, at a packed width and an odd one, for rows 1..8.
+// Every prologue and epilogue, at a packed width and an odd one, for rows 1..8 and a few counts up to 32.
 std::vector<Case> coverage_cases() {
   std::vector<Case> cases;
   uint32_t turn = 0;
   for (int64_t K : {64, 37}) {
-    for (int64_t M = 1; M <= 8; ++M) {
+    for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 24, 32}) {
       Case c{M, K, 24 + M};
       c.norm = static_cast<RowNormKind>(turn % 3);
       c.norm_bias = c.norm == RowNormKind::LayerNorm && turn % 2 == 0;
@@ -203,9 +205,9 @@ TEST(SmallMLinear, MatchesFloat64MathOnCpu) {
 TEST(SmallMLinear, MatchesFloat64MathOnGpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   std::vector<Case> cases = coverage_cases();
-  // The GPU's launch shapes: GPT-2's products at 1 and 8 rows (several warps per row at K 3072, more than 48 KiB of
-  // shared memory at 8 x 3072), two passes per row (K 8448), and more tiles than the grid holds (N 5000).
-  for (int64_t M : {1, 8}) {
+  // The GPU's launch shapes: GPT-2's products at 1, 8, 13 and 32 rows (several warps per row at K 3072, more than
+  // 48 KiB of shared memory at 8 x 3072), two passes per row (K 8448), and more tiles than the grid holds (N 5000).
+  for (int64_t M : {1, 8, 13, 32}) {
     Case qkv{M, 768, 2304, RowNormKind::LayerNorm, true};
     Case proj{M, 768, 768};
     proj.epilogue = LinearEpilogue::Residual;
@@ -224,6 +226,16 @@ TEST(SmallMLinear, MatchesFloat64MathOnGpu) {
     odd_long.epilogue = LinearEpilogue::Gelu;
     for (const Case& c : {qkv, proj, fc, down, head, gate, long_rows, odd_long}) cases.push_back(c);
   }
+  // The tensor-core kernel's rows staged in chunks of K (32 rows of 4096 values, and SwiGLU's two weights at 3072),
+  // and 16 features a group with a partial last group (N 130).
+  Case chunked{32, 4096, 200, RowNormKind::LayerNorm, true};
+  chunked.epilogue = LinearEpilogue::Gelu;
+  Case chunked_dual{32, 3072, 96, RowNormKind::RmsNorm};
+  chunked_dual.norm_f32 = true;
+  chunked_dual.epilogue = LinearEpilogue::SwiGlu;
+  Case ragged{20, 512, 130, RowNormKind::RmsNorm};
+  ragged.epilogue = LinearEpilogue::Residual;
+  for (const Case& c : {chunked, chunked_dual, ragged}) cases.push_back(c);
   // One input row with every prologue and epilogue where a warp owns a weight row (the kernel that norms the row in
   // registers), at 1 and 3 packs a lane.
   for (int64_t K : {256, 768}) {
@@ -247,22 +259,26 @@ TEST(SmallMLinear, MatchesFloat64MathOnGpu) {
       EXPECT_LE(run_case(c, dtype, Device::cuda(0), seed++), tolerance(dtype));
     }
   }
-  // Programmatic dependent launch off gives the same bits (the switch only changes when a kernel may start).
-  const Case c{4, 768, 2304, RowNormKind::LayerNorm, true};
-  const double with = run_case(c, DType::BF16, Device::cuda(0), 7);
-  kernels::set_decode_dependent_launch_enabled(false);
-  const double without = run_case(c, DType::BF16, Device::cuda(0), 7);
-  kernels::set_decode_dependent_launch_enabled(true);
-  EXPECT_EQ(with, without);
+  // Programmatic dependent launch off gives the same bits (the switch only changes when a kernel may start), on the
+  // CUDA cores and the tensor cores.
+  for (int64_t M : {4, 32}) {
+    const Case c{M, 768, 2304, RowNormKind::LayerNorm, true};
+    const double with = run_case(c, DType::BF16, Device::cuda(0), 7);
+    kernels::set_decode_dependent_launch_enabled(false);
+    const double without = run_case(c, DType::BF16, Device::cuda(0), 7);
+    kernels::set_decode_dependent_launch_enabled(true);
+    EXPECT_EQ(with, without);
+  }
 }
 
 TEST(SmallMLinear, RowsPastTheLimitAreNotTaken) {
   EXPECT_TRUE(kernels::small_m_linear_fits(8, 3072, DType::BF16));
-  EXPECT_FALSE(kernels::small_m_linear_fits(9, 64, DType::BF16));
+  EXPECT_TRUE(kernels::small_m_linear_fits(32, 3072, DType::BF16));
+  EXPECT_FALSE(kernels::small_m_linear_fits(33, 64, DType::BF16));
   EXPECT_FALSE(kernels::small_m_linear_fits(0, 64, DType::BF16));
   EXPECT_FALSE(kernels::small_m_linear_fits(8, 1 << 16, DType::BF16));
-  Tensor out = Tensor::empty({9, 4});
-  EXPECT_THROW(kernels::small_m_linear(Tensor::zeros({9, 8}), {}, Tensor::zeros({4, 8}), Tensor(), Tensor(), Tensor(),
+  Tensor out = Tensor::empty({33, 4});
+  EXPECT_THROW(kernels::small_m_linear(Tensor::zeros({33, 8}), {}, Tensor::zeros({4, 8}), Tensor(), Tensor(), Tensor(),
                                        Tensor(), LinearEpilogue::None, out),
                Error);
   // A residual without the Residual epilogue, and SwiGlu without its second weight, are errors.

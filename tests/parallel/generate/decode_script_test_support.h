@@ -13,18 +13,20 @@ namespace retort::decode_testing {
 
 inline const std::vector<std::vector<int32_t>> kPrompts{{3, 9, 27, 17, 51}, {44, 2}, {8, 8, 60, 1, 33, 19, 7}};
 
-// The prefill of kPrompts and `steps` decode steps on `model` (on its parameters' device): forward_cached, or
-// decode_step when `use_decode_step`. Every call's logits as floats (bf16 logits are exact in float).
-inline std::vector<std::vector<float>> run_script(const GptModel& model, DType dtype, int steps, bool use_decode_step) {
+// The prefill of `prompts` (kPrompts unless given; at most 7 tokens each) and `steps` decode steps on `model` (on its
+// parameters' device): forward_cached, or decode_step when `use_decode_step`. Every call's logits as floats (bf16
+// logits are exact in float).
+inline std::vector<std::vector<float>> run_script(const GptModel& model, DType dtype, int steps, bool use_decode_step,
+                                                  const std::vector<std::vector<int32_t>>& prompts = kPrompts) {
   NoGradGuard no_grad;
   const Device device = model.named_parameters().front().second.device();
-  const int64_t B = static_cast<int64_t>(kPrompts.size()), width = 7;
+  const int64_t B = static_cast<int64_t>(prompts.size()), width = 7;
   generate::KvCache cache(model, B, model.config().block_size, dtype, device);
   std::vector<int32_t> padded(static_cast<size_t>(B * width), 0);
   std::vector<int64_t> valid;
   for (int64_t b = 0; b < B; ++b) {
-    std::copy(kPrompts[b].begin(), kPrompts[b].end(), padded.begin() + b * width);
-    valid.push_back(static_cast<int64_t>(kPrompts[b].size()));
+    std::copy(prompts[b].begin(), prompts[b].end(), padded.begin() + b * width);
+    valid.push_back(static_cast<int64_t>(prompts[b].size()));
   }
   std::vector<std::vector<float>> out{
       model.forward_cached(Tensor::from_ints(padded, {B, width}, device), valid, cache, dtype).to_floats()};

@@ -88,16 +88,17 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
 }
 
 // The fused path against the unfused one, and decode_step against forward_cached under the fused path.
-void check_model(const GptModel& model, DType dtype, DecodeFusion fused_mode, double tolerance) {
+void check_model(const GptModel& model, DType dtype, DecodeFusion fused_mode, double tolerance,
+                 const std::vector<std::vector<int32_t>>& prompts = kPrompts) {
   std::vector<std::vector<float>> unfused, fused, fused_steps;
   {
     const DecodeFusionScope off(DecodeFusion::Off);
-    unfused = run_script(model, dtype, 5, false);
+    unfused = run_script(model, dtype, 5, false, prompts);
   }
   {
     const DecodeFusionScope on(fused_mode);
-    fused = run_script(model, dtype, 5, false);
-    fused_steps = run_script(model, dtype, 5, true);
+    fused = run_script(model, dtype, 5, false, prompts);
+    fused_steps = run_script(model, dtype, 5, true, prompts);
   }
   ASSERT_EQ(fused.size(), unfused.size());
   bool any_difference = false;
@@ -242,6 +243,35 @@ TEST(DecodeFused, GpuGreedyTokensEqualTheUnfusedOnes) {
     model.initialize(11);
     model.to(Device::cuda(0));
     check_greedy_tokens(model, DType::BF16, DecodeFusion::Gpu, 0.1, 15);
+  }
+}
+
+// Twelve sequences at once: past 4 rows the GPU's bf16 products run on the tensor cores (small_m_linear_mma.cu),
+// through the same checks, and graph decoding gives eager decoding's tokens.
+TEST(DecodeFused, GpuTwelveSequencesTakeTheTensorCoreProducts) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t b = 0; b < 12; ++b) {
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 1 + b % 7; ++i) prompt.push_back((b * 11 + i * 5 + 1) % 64);
+    prompts.push_back(prompt);
+  }
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    GptModel model(c.config);
+    model.initialize(7);
+    model.to(Device::cuda(0));
+    check_model(model, DType::BF16, DecodeFusion::Gpu, 3e-2, prompts);
+    const DecodeFusionScope gpu(DecodeFusion::Gpu);
+    generate::GenerationOptions options;
+    options.max_new_tokens = 8;
+    options.compute_dtype = DType::BF16;
+    generate::GenerationOptions eager = options;
+    eager.cuda_graphs = false;
+    std::vector<std::vector<int32_t>> a, b;
+    for (const auto& s : generate::generate_tokens(model, prompts, options)) a.push_back(s.tokens);
+    for (const auto& s : generate::generate_tokens(model, prompts, eager)) b.push_back(s.tokens);
+    EXPECT_EQ(a, b);
   }
 }
 

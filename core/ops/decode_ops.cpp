@@ -10,14 +10,15 @@
 namespace retort::ops {
 namespace {
 
-// The rows up to which a decode step takes the fused products by default. On an H100 at GPT-2 small's shape (bf16,
-// CUDA graphs) the fused step is 1.52x the unfused one at 1 row, 1.35x at 2, 1.04x at 4 and 0.95x at 8
-// (bench/results/2026-11-26-h100-decode-fused/run2): past 4 rows the products stop being bound by reading the
-// weights once, and cuBLAS's tiles win.
-constexpr int64_t kDefaultMaxFusedRows = kernels::kSmallMMaxRows;
+// The rows up to which a decode step takes the fused products by default. At GPT-2 small's shape (bf16, CUDA graphs)
+// the fused step on the CUDA-core kernel is 1.52x the unfused one at 1 row, 1.35x at 2, 1.04x at 4 (H100,
+// bench/results/2026-11-26-h100-decode-fused/run2); past 4 rows the products run on the tensor cores, 1.15x the
+// unfused step at 8 rows, 1.07x at 16 and 0.84x at 32 (H200, bench/results/2026-11-26-decode-mma/run29): at 32 rows
+// every block of the kernel stages and norms all the rows again, and cuBLAS's tiles win.
+constexpr int64_t kDefaultMaxFusedRows = 16;
 
-// The rows up to which a decode step takes the fused products (at most kernels::kSmallMMaxRows, what one launch
-// takes): RETORT_DECODE_FUSED_MAX_ROWS in the environment, else kDefaultMaxFusedRows.
+// The rows up to which a decode step takes the fused products (at most kernels::kSmallMMaxRows, what
+// small_m_linear takes): RETORT_DECODE_FUSED_MAX_ROWS in the environment, else kDefaultMaxFusedRows.
 int64_t max_fused_rows() {
   static const int64_t rows = [] {
     const char* value = std::getenv("RETORT_DECODE_FUSED_MAX_ROWS");

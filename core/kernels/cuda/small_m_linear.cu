@@ -503,8 +503,9 @@ void launch(const Params& p, int64_t tiles, bool dependent) {
   const size_t shared = shared_bytes(p.rows, p.K, sizeof(T), kM);
   auto* kernel = &rows_kernel<T, kM, kVec, kDual>;
   // One wave of blocks at most: the rest of the tiles go round the grid-stride loop.
-  const int64_t resident = static_cast<int64_t>(sm_count()) *
-                           std::min(kTilesPerSm, blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, shared, facts));
+  const int64_t resident =
+      static_cast<int64_t>(sm_count()) *
+      std::min(kTilesPerSm, blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, shared, facts));
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));
   launch_dependent(kernel, dim3(grid), dim3(kThreads), shared, rc::current_stream(), dependent, p);
 }
@@ -513,8 +514,9 @@ template <typename T, typename NW, bool kDual, int kC>
 void launch_one_row(const Params& p, int64_t tiles, bool dependent) {
   static KernelFacts facts;
   auto* kernel = &one_row_kernel<T, NW, kDual, kC>;
-  const int64_t resident = static_cast<int64_t>(sm_count()) *
-                           std::min(kTilesPerSm, blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, 0, facts));
+  const int64_t resident =
+      static_cast<int64_t>(sm_count()) *
+      std::min(kTilesPerSm, blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, 0, facts));
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));
   launch_dependent(kernel, dim3(grid), dim3(kThreads), 0, rc::current_stream(), dependent, p);
 }

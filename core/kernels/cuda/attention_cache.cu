@@ -72,6 +72,25 @@ __device__ __forceinline__ void load_vec(const T* p, float (&v)[kVec]) {
   }
 }
 
+// kVec consecutive elements kept in their storage dtype (one 16-byte load when they fill 16 bytes), read as floats.
+template <typename T, int kVec>
+struct VecOf {
+  alignas(kVec * sizeof(T) == 16 ? 16 : alignof(T)) T e[kVec];
+  __device__ __forceinline__ void load(const T* p) {
+    if constexpr (kVec * sizeof(T) == 16) {
+      *reinterpret_cast<uint4*>(e) = *reinterpret_cast<const uint4*>(p);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) e[i] = p[i];
+    }
+  }
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) e[i] = from_f32<T>(0.f);
+  }
+  __device__ __forceinline__ float at(int i) const { return to_f32(e[i]); }
+};
+
 // An online-softmax state (max m, sum l, weighted value sum acc) absorbs another one.
 template <int kN>
 __device__ __forceinline__ void merge_state(float& m, float& l, float (&acc)[kN], float m_o, float l_o,
@@ -91,7 +110,7 @@ __device__ __forceinline__ void merge_state(float& m, float& l, float (&acc)[kN]
 // otherwise stay idle).
 constexpr int kDecodeWarpsNarrow = 8;
 constexpr int kDecodeWarpsWide = 16;
-constexpr int kUnroll = 2;  // keys per group per iteration
+constexpr int kUnroll = 4;  // keys per group per iteration
 
 // kVec elements per vector, kG lanes per key (a power of two), kChunks vectors per lane: lane g of a group holds
 // elements (i * kG + g) * kVec .. + kVec - 1 for i < kChunks, those below D.
@@ -168,7 +187,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 
   // The trip count depends on `seen` alone, so every lane runs every shuffle.
   for (int64_t base = 0; base < seen; base += kUnroll * kBlockKeys) {
-    float k[kUnroll][kChunks][kVec], v[kUnroll][kChunks][kVec];
+    // The keys and values stay in their storage dtype until used: half the registers of floats for bf16, so twice
+    // the keys are in flight at the same occupancy.
+    VecOf<T, kVec> k[kUnroll][kChunks], v[kUnroll][kChunks];
     bool live[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -179,15 +200,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
         if (live[u] && owned[i]) {
           const int64_t d = static_cast<int64_t>(i * kG + g) * kVec;
           if (j < start) {
-            load_vec<kVec>(keys + j * D + d, k[u][i]);
-            load_vec<kVec>(values + j * D + d, v[u][i]);
+            k[u][i].load(keys + j * D + d);
+            v[u][i].load(values + j * D + d);
           } else {
-            load_vec<kVec>(new_keys + (j - start) * kv_stride + d, k[u][i]);
-            load_vec<kVec>(new_values + (j - start) * kv_stride + d, v[u][i]);
+            k[u][i].load(new_keys + (j - start) * kv_stride + d);
+            v[u][i].load(new_values + (j - start) * kv_stride + d);
           }
         } else {
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) k[u][i][e] = v[u][i][e] = 0.f;
+          k[u][i].zero();
+          v[u][i].zero();
         }
       }
     }
@@ -197,7 +218,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 #pragma unroll
       for (int i = 0; i < kChunks; ++i)
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) dot += q[i][e] * k[u][i][e];
+        for (int e = 0; e < kVec; ++e) dot += q[i][e] * k[u][i].at(e);
 #pragma unroll
       for (int o = kG / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
       if (!live[u]) continue;
@@ -208,7 +229,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 #pragma unroll
       for (int i = 0; i < kChunks; ++i)
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[i * kVec + e] = acc[i * kVec + e] * rescale + p * v[u][i][e];
+        for (int e = 0; e < kVec; ++e) acc[i * kVec + e] = acc[i * kVec + e] * rescale + p * v[u][i].at(e);
       m = m_new;
     }
   }

@@ -88,7 +88,9 @@ struct VecOf {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) e[i] = from_f32<T>(0.f);
   }
-  __device__ __forceinline__ float at(int i) const { return to_f32(e[i]); }
+  __device__ __forceinline__ float at(int i) const {
+    return to_f32(e[i]);
+  }
 };
 
 // An online-softmax state (max m, sum l, weighted value sum acc) absorbs another one.
@@ -126,17 +128,21 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   // while the attention runs on a few SMs (dependent_launch.cuh); it waits for this kernel before reading anything.
   allow_dependents();
 
-  const int64_t H = qs.H, t = blockIdx.x % Tn, bh = blockIdx.x / Tn, h = bh % H, b = bh / H;
+  // 32-bit index math (the grid is B H Tn < 2^31 blocks): a 64-bit division costs ~70 instructions, a sizeable
+  // share of a block that reads a few hundred keys.
+  const int H = static_cast<int>(qs.H), group = static_cast<int>(qs.group), tn = static_cast<int>(Tn);
+  const int block = static_cast<int>(blockIdx.x), bh = block / tn, t = block - bh * tn, b = bh / H, h = bh - b * H;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane % kG;
   const int slot = warp * kGroups + lane / kG;  // this group's key within a block iteration
-  const int64_t kv_heads = H / qs.group, kv_local = h / qs.group, kv_head = b * kv_heads + kv_local;
+  const int kv_heads = H / group, kv_local = h / group;
+  const int64_t kv_head = static_cast<int64_t>(b) * kv_heads + kv_local;
   const T* keys = k_cache + kv_head * cap * D;
   const T* values = v_cache + kv_head * cap * D;
   // Launched as the programmatic dependent of the q|k|v product, the block starts while that product runs: it moves
   // this key/value head's cached rows towards L2 (the first query head of each group, one thread per 32 KiB), then
   // waits for the product before it reads anything. The row count read here only sizes the prefetch (clamped to
   // the cache, which a prefetch never leaves); the one the attention uses is read after the wait.
-  if (h % qs.group == 0 && t == 0 && (D * static_cast<int64_t>(sizeof(T))) % 16 == 0) {
+  if (h % group == 0 && t == 0 && (D * static_cast<int64_t>(sizeof(T))) % 16 == 0) {
     const int64_t cached = min(max(static_cast<int64_t>(starts[b]), int64_t{0}), cap);
     const int64_t bytes = cached * D * static_cast<int64_t>(sizeof(T));
     constexpr int64_t kPiece = 32 * 1024;
@@ -155,7 +161,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 
   // The append: one block per key/value head and new position writes it (positions past the cache are dropped).
   // Nothing in this launch reads it from the cache.
-  if (h % qs.group == 0 && start + t < cap) {
+  if (h % group == 0 && start + t < cap) {
     T* k_slot = k_cache + (kv_head * cap + start + t) * D;
     T* v_slot = v_cache + (kv_head * cap + start + t) * D;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {

@@ -12,8 +12,9 @@
 // read tuned for memory parallelism: the lanes of a warp form groups of G lanes, a group reads one key (each lane a
 // 16-byte vector of it) and its value, the block's groups take consecutive keys so that a block iteration reads one
 // contiguous stretch of the cache, and every group unrolls four keys so that eight rows are in flight per group before
-// any reduction (kept in the storage dtype until used, so that bf16 rows cost half the registers of floats). A group's dot product is a G-lane shuffle reduction; each group keeps a running max, sum and output
-// (online softmax), so the keys are read once; groups are merged by shuffles, warps through shared memory.
+// any reduction (kept in the storage dtype until used, so that bf16 rows cost half the registers of floats). A group's
+// dot product is a G-lane shuffle reduction; each group keeps a running max, sum and output (online softmax), so the
+// keys are read once; groups are merged by shuffles, warps through shared memory.
 //
 // Prefill (many new queries per row): the new keys and values are first copied into the cache (append_kernel);
 // then one block per (row, head, tile of queries) attends. Key and value tiles are staged in shared memory once per

@@ -140,6 +140,13 @@ Tensor on_device(const Tensor& t, Device device, int64_t rows) {
 
 }  // namespace
 
+void check_topk_targets_on_host(const TopkTargets& targets, int64_t vocab_total,
+                                const TopkDistillationOptions& options) {
+  RETORT_CHECK(targets.indices.device().is_cpu() && (!targets.labels.defined() || targets.labels.device().is_cpu()),
+               "{}: check_topk_targets_on_host takes host targets", kOp);
+  check_host_ids(targets.indices, targets.labels, params_for(options, targets.labels.defined(), 0), vocab_total);
+}
+
 TopkDistillationForward topk_distillation_forward(const Tensor& student_in, const TopkTargets& targets,
                                                   const TopkDistillationOptions& options) {
   check_student(student_in);

@@ -108,6 +108,11 @@ struct TopkTargets {
 Tensor topk_distillation_loss(const Tensor& student, const TopkTargets& targets,
                               const TopkDistillationOptions& options = {});
 
+// The checks topk_distillation_loss makes of host targets (teacher ids in [0, vocab_total) and distinct within a row;
+// labels in the vocabulary or ignore_index where the loss reads them), for a caller that moves the targets to the
+// device itself: a graphed training step, whose recorded loss cannot stop on a bad id. Throws the loss's errors.
+void check_topk_targets_on_host(const TopkTargets& targets, int64_t vocab_total, const TopkDistillationOptions& options);
+
 // ---- the same loss without the tape, for a fused trainer that owns its gradient buffers ----------------------
 
 // What the backward needs besides the student logits (all of it on the student's device).

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "distill/cache/cache_targets.h"
+#include "distill/objectives/cache_graphed_loss.h"
 #include "distill/distill_config.h"
 #include "distill/train/checkpoint.h"
 #include "distill/train/plain_cross_entropy.h"
@@ -64,6 +65,11 @@ ObjectiveLoss CacheDistillationObjective::micro_batch_loss(const Tensor& logits,
   // covers the rows the CE counts except at a split's very end).
   const double kd = options_.kd_ratio > 0 ? (value - (1 - options_.kd_ratio) * ce) / options_.kd_ratio : 0.0;
   return ObjectiveLoss{loss, {{"ce", ce}, {"kd", kd}}};
+}
+
+std::shared_ptr<const GraphableLoss> CacheDistillationObjective::graphable_loss() const {
+  if (!cache_ || options_.group) return nullptr;
+  return graphable_cache_loss(*cache_, options_);
 }
 
 }  // namespace retort::distill

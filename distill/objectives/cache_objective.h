@@ -21,6 +21,8 @@ class CacheDistillationObjective final : public TrainingObjective {
   ObjectiveLoss micro_batch_loss(const Tensor& logits, const data::TokenBatch& batch) override;
   nlohmann::json description() const override { return description_; }
   const TrainedModel* validation_teacher() const override { return teacher_.get(); }
+  // Without tensor parallelism (a graph holds no collective): the loss of cache_graphed_loss.h.
+  std::shared_ptr<const GraphableLoss> graphable_loss() const override;
 
  private:
   void load_validation_teacher(const RunContext& run);

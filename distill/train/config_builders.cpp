@@ -89,7 +89,8 @@ ConfigSchema training_schema(const std::string& default_run_dir) {
   s.add_int("train.keep_checkpoints", 2, "most recent checkpoints kept").min(1);
   s.add_string("train.cuda_graphs", "auto",
                "replay each step as CUDA graphs after the first (auto: where the run allows it: one GPU, adamw, the "
-               "labels' plain cross-entropy; on: the same, and say why when it does not apply; off: never)")
+               "labels' plain cross-entropy or the top-k cache's distillation; on: the same, and say why when it does "
+               "not apply; off: never)")
       .choices({"auto", "on", "off"});
   s.add_int("train.inject_nan_at_step", -1,
             "fault injection for tests: make this step's loss train.inject_loss_value (-1: off)");

@@ -32,8 +32,8 @@ std::optional<std::string> graphed_step_refusal(Device device, int tp_size, int 
   if (optimizer != "adamw") return "the optimizer is " + optimizer + " (graphed steps update with adamw)";
   if (!objective_graphable)
     return std::string(
-        "the objective reads more than the labels' cross-entropy on the host (a teacher, a cache, label smoothing or "
-        "z-loss reported beside the loss)");
+        "the objective's loss cannot be recorded (an online teacher, on-policy batches, another tokenizer's teacher, "
+        "or label smoothing or z-loss reported beside the loss)");
   return std::nullopt;
 #endif
 }
@@ -84,9 +84,17 @@ struct GraphedTrainStep::State {
   GraphedStepOptions options;
   Device device;
   int64_t tokens_per_micro;
-  // [inputs | targets] of one micro-batch (i32), the update's AdamWDeviceScalars, and the results (loss, norm).
-  HostStaging host_ids, host_scalars, host_results;
-  Tensor ids, inputs, targets, scalars, results;
+  std::shared_ptr<const GraphableLoss> loss;
+  int64_t values;  // 0-dim values the loss reports beside itself
+  // The inputs of one micro-batch (i32), the update's AdamWDeviceScalars, and the results (loss, norm, the loss's
+  // values).
+  HostStaging host_ids, host_scalars;
+  std::unique_ptr<HostStaging> host_results;  // made with `results`, at the first micro-batch
+  Tensor inputs, scalars, results;
+  // The loss's targets: their pinned host copies and their device tensors.
+  std::vector<std::unique_ptr<HostStaging>> host_targets;
+  std::vector<Tensor> targets;
+  std::map<std::string, double> last_metrics;
   std::vector<Tensor> grads;  // the gradients the update reads, found after the first backward
 #ifdef RETORT_WITH_CUDA
   // One recorded part of the step: its graph, and the arena its tensors come from (sized from the eager first call's
@@ -111,14 +119,23 @@ struct GraphedTrainStep::State {
         options(opt),
         device(d),
         tokens_per_micro(opt.batch * opt.seq),
-        host_ids(static_cast<size_t>(2 * opt.batch * opt.seq) * sizeof(int32_t), d),
-        host_scalars(sizeof(optim::AdamWDeviceScalars), d),
-        host_results(2 * sizeof(float), d) {
-    ids = Tensor::zeros({2 * tokens_per_micro}, DType::I32, device);
-    inputs = ids.rows(0, tokens_per_micro).view({opt.batch, opt.seq});
-    targets = ids.rows(tokens_per_micro, tokens_per_micro).view({opt.batch, opt.seq});
+        loss(opt.loss ? opt.loss : graphable_cross_entropy({})),
+        values(0),
+        host_ids(static_cast<size_t>(opt.batch * opt.seq) * sizeof(int32_t), d),
+        host_scalars(sizeof(optim::AdamWDeviceScalars), d) {
+    inputs = Tensor::zeros({opt.batch, opt.seq}, DType::I32, device);
     scalars = Tensor::zeros({4}, DType::F32, device);
-    results = Tensor::zeros({2}, DType::F32, device);
+    for (const StagedTensor& t : loss->targets(opt.batch, opt.seq)) {
+      targets.push_back(Tensor::zeros(t.shape, t.dtype, device));
+      host_targets.push_back(std::make_unique<HostStaging>(targets.back().nbytes(), device));
+    }
+  }
+
+  // The results' layout is known once the loss has reported its values (at the first micro-batch).
+  void size_results(int64_t count) {
+    values = count;
+    results = Tensor::zeros({2 + count}, DType::F32, device);
+    host_results = std::make_unique<HostStaging>(static_cast<size_t>(2 + count) * sizeof(float), device);
   }
 
   // Host staging -> device tensor (enqueued: a graph records the copy and repeats it on every replay).
@@ -149,20 +166,25 @@ struct GraphedTrainStep::State {
 #endif
   }
   float result(int index) const {
-    return static_cast<const float*>(host_results.data())[index];
+    return static_cast<const float*>(host_results->data())[index];
   }
 
   // One micro-batch: every call is the same device work on the same buffers, so a graph can repeat it.
   void enqueue_micro() {
-    copy_in(ids, host_ids);
+    copy_in(inputs, host_ids);
+    for (size_t i = 0; i < targets.size(); ++i) copy_in(targets[i], *host_targets[i]);
     const Tensor logits = model.forward(inputs, options.compute_dtype);
-    const Tensor loss = losses::cross_entropy(logits, targets, options.loss);
-    Tensor loss_slot = results.rows(0, 1);
-    loss_slot.copy_(loss.to(DType::F32).view({1}));
+    const GraphedLoss out = loss->loss(logits, targets);
+    if (!results.defined()) size_results(static_cast<int64_t>(out.values.size()));
+    RETORT_CHECK(static_cast<int64_t>(out.values.size()) == values,
+                 "GraphedTrainStep: the loss reported {} values, then {}", values, out.values.size());
+    results.rows(0, 1).copy_(out.loss.to(DType::F32).view({1}));
+    for (int64_t i = 0; i < values; ++i) results.rows(2 + i, 1).copy_(out.values[i].to(DType::F32).view({1}));
     const Tensor scaled =
-        options.grad_accum == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(options.grad_accum));
+        options.grad_accum == 1 ? out.loss : ops::scale(out.loss, 1.0 / static_cast<double>(options.grad_accum));
     scaled.backward();
-    copy_out(host_results, 0, loss_slot);
+    copy_out(*host_results, 0, results.rows(0, 1));
+    if (values > 0) copy_out(*host_results, 2 * sizeof(float), results.rows(2, values));
   }
 
   void enqueue_update() {
@@ -171,7 +193,7 @@ struct GraphedTrainStep::State {
     float* s = scalars.data<float>();
     optim::grad_norm_and_clip_factor(grads, options.max_norm, results.data<float>() + 1, s + 3, device);
     optimizer.enqueue_update_from_device(s);
-    copy_out(host_results, sizeof(float), results.rows(1, 1));
+    copy_out(*host_results, sizeof(float), results.rows(1, 1));
   }
 
   // The first two calls of each part run eagerly (they make what the graph will reuse and measure its memory), the
@@ -261,22 +283,15 @@ double GraphedTrainStep::micro_batch(const data::TokenBatch& batch) {
                s.options.batch, s.options.seq);
   // The ids are checked here, on the host, because the graph's loss cannot stop on a bad one.
   const int64_t vocab = s.model.config().vocab_size;
-  const int ignore = s.options.loss.ignore_index;
-  for (size_t i = 0; i < batch.targets.size(); ++i) {
-    const int32_t t = batch.targets[i];
-    RETORT_INPUT_CHECK(t == ignore || (t >= 0 && t < vocab),
-                       "cross_entropy: target {} at row {} is outside the vocabulary of {} (ignore_index is {}): the "
-                       "data and the model disagree on the vocabulary",
-                       t, i, vocab, ignore);
-  }
   for (size_t i = 0; i < batch.inputs.size(); ++i)
     RETORT_INPUT_CHECK(batch.inputs[i] >= 0 && batch.inputs[i] < vocab,
                        "input id {} at position {} is outside the vocabulary of {}: the data and the model disagree "
                        "on the vocabulary",
                        batch.inputs[i], i, vocab);
-  auto* staged = static_cast<int32_t*>(s.host_ids.data());
-  std::memcpy(staged, batch.inputs.data(), batch.inputs.size() * sizeof(int32_t));
-  std::memcpy(staged + s.tokens_per_micro, batch.targets.data(), batch.targets.size() * sizeof(int32_t));
+  std::vector<void*> staged_targets;
+  for (const auto& host : s.host_targets) staged_targets.push_back(host->data());
+  s.loss->stage(batch, vocab, staged_targets);
+  std::memcpy(s.host_ids.data(), batch.inputs.data(), batch.inputs.size() * sizeof(int32_t));
   const bool first = s.micro_in_step == 0;
   // The first backward after an update writes over the gradients (recorded as copies, so every replay does the
   // same): no zeroing pass, no addition to zeros. The marks are part of the work, so a recording that fails halfway
@@ -299,7 +314,10 @@ double GraphedTrainStep::micro_batch(const data::TokenBatch& batch) {
     s.enqueue_micro();
 #endif
   ++s.micro_in_step;
-  s.wait();  // the loss, and the staging buffer free for the next micro-batch
+  s.wait();  // the loss, and the staging buffers free for the next micro-batch
+  std::vector<double> values;
+  for (int64_t i = 0; i < s.values; ++i) values.push_back(s.result(static_cast<int>(2 + i)));
+  s.last_metrics = s.loss->metrics(s.result(0), values);
   if (s.grads.empty()) {
     for (const auto& group : s.optimizer.groups())
       for (const auto& [name, p] : group.params)
@@ -335,6 +353,10 @@ bool GraphedTrainStep::graphed() const {
 #else
   return false;
 #endif
+}
+
+const std::map<std::string, double>& GraphedTrainStep::last_metrics() const {
+  return state_->last_metrics;
 }
 
 const std::string& GraphedTrainStep::fallback_reason() const {

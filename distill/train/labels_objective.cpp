@@ -28,9 +28,9 @@ ObjectiveLoss LabelsObjective::micro_batch_loss(const Tensor& logits, const data
   return ObjectiveLoss{loss, {{"ce", ce}}};
 }
 
-std::optional<losses::CrossEntropyOptions> LabelsObjective::graphable_cross_entropy() const {
-  if (options_.label_smoothing != 0 || options_.z_loss != 0) return std::nullopt;
-  return options_;
+std::shared_ptr<const GraphableLoss> LabelsObjective::graphable_loss() const {
+  if (options_.label_smoothing != 0 || options_.z_loss != 0) return nullptr;
+  return graphable_cross_entropy(options_);
 }
 
 nlohmann::json LabelsObjective::description() const {

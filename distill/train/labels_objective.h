@@ -18,7 +18,7 @@ class LabelsObjective final : public TrainingObjective {
   ObjectiveLoss micro_batch_loss(const Tensor& logits, const data::TokenBatch& batch) override;
   nlohmann::json description() const override;
   // Without label smoothing and z-loss the loss is the plain cross-entropy reported as "ce".
-  std::optional<losses::CrossEntropyOptions> graphable_cross_entropy() const override;
+  std::shared_ptr<const GraphableLoss> graphable_loss() const override;
 
  private:
   losses::CrossEntropyOptions options_;

@@ -14,6 +14,7 @@
 #include "core/data/loader.h"
 #include "core/tensor/device.h"
 #include "core/tensor/tensor.h"
+#include "distill/train/graphable_loss.h"
 #include "distill/train/trained_model.h"
 #include "losses/cross_entropy.h"
 #include "parallel/comm/communicator.h"
@@ -71,10 +72,10 @@ class TrainingObjective {
   // trains on both; empty (nothing written) for one that trains on the data alone.
   virtual std::string batch_kind() const { return {}; }
 
-  // The cross-entropy's options when this objective's loss is exactly the labels' cross-entropy on the data as it
-  // is, with nothing else read on the host (its metrics are the loss itself): the loop may then replay each step as
-  // CUDA graphs (graphed_train_step.h). nullopt, the default, keeps every step eager.
-  virtual std::optional<losses::CrossEntropyOptions> graphable_cross_entropy() const { return std::nullopt; }
+  // The loss as a graph can record it (graphable_loss.h), when it computes exactly what micro_batch_loss does on the
+  // data as it is (choose_batch keeps every batch): the loop may then replay each step as CUDA graphs
+  // (graphed_train_step.h). Null, the default, keeps every step eager. Called after prepare().
+  virtual std::shared_ptr<const GraphableLoss> graphable_loss() const { return nullptr; }
 
   // The teacher the validations compare the model with (KL and top-1 agreement in metrics.jsonl), split like the
   // model; null for a run without one.

@@ -62,10 +62,10 @@ std::unique_ptr<GraphedTrainStep> graphed_step_for(const ResolvedConfig& config,
                                                    const ProcessGrid& grid, Device device) {
   const std::string mode = config.get_string("train.cuda_graphs");
   if (mode == "off") return nullptr;
-  const std::optional<losses::CrossEntropyOptions> loss = objective.graphable_cross_entropy();
+  std::shared_ptr<const GraphableLoss> loss = objective.graphable_loss();
   auto* adamw = dynamic_cast<optim::AdamW*>(&optimizer);
   const std::optional<std::string> refusal =
-      graphed_step_refusal(device, grid.tp_size, grid.dp_size, adamw ? "adamw" : optimizer.name(), loss.has_value());
+      graphed_step_refusal(device, grid.tp_size, grid.dp_size, adamw ? "adamw" : optimizer.name(), loss != nullptr);
   if (refusal) {
     if (mode == "on") spdlog::warn("train.cuda_graphs=on: {}: every step runs without CUDA graphs", *refusal);
     return nullptr;
@@ -76,7 +76,7 @@ std::unique_ptr<GraphedTrainStep> graphed_step_for(const ResolvedConfig& config,
   options.grad_accum = config.get_int("train.grad_accum");
   options.max_norm = config.get_double("optim.grad_clip");
   options.compute_dtype = dtype_from_name(config.get_string("model.dtype"));
-  options.loss = *loss;
+  options.loss = std::move(loss);
   return std::make_unique<GraphedTrainStep>(model, *adamw, options, device);
 }
 
@@ -221,14 +221,15 @@ TrainResult run_training(const ResolvedConfig& config, Device requested_device, 
       data::TokenBatch host_batch = train_loader.next();
       objective.choose_batch(step, model, dtype, host_batch);
       if (graphed) {
-        // The loss is the labels' plain cross-entropy, reported as "ce" as the eager objective does; the backward
-        // has already run, but nothing is updated before the check below.
+        // The metrics are the eager objective's; the backward has already run, but nothing is updated before the
+        // check below.
         const double value = nonfinite.observe(graphed->micro_batch(host_batch), step);
         if (!std::isfinite(value)) {
           progress.finish();
           throw nonfinite.stop(value, step, micro, last_checkpoint);
         }
-        step_metrics["ce"] += value / static_cast<double>(grad_accum);
+        for (const auto& [name, metric] : graphed->last_metrics())
+          step_metrics[name] += metric / static_cast<double>(grad_accum);
         step_loss += value / static_cast<double>(grad_accum);
         continue;
       }

@@ -38,7 +38,8 @@
 // re-tempered exactly: the teacher's tail mass at T != 1 depends on logits it does not keep. So:
 //   - ForwardKLRenormalized tempers the cached values exactly: softmax_S(l / T) = softmax_S(t / T) because l and
 //     the teacher logits t differ by one constant per row.
-//   - the rest-bucket kinds (ForwardKLRest, ReverseKL, Mixed) and the sampled targets take the cached distribution as it is and need
+//   - the rest-bucket kinds (ForwardKLRest, ReverseKL, Mixed) and the sampled targets take the cached distribution as
+//   it is and need
 //     either T = 1, or targets_at_temperature = true: the cache was written from log_softmax(t / T) at this T
 //     (the teacher generator divides by T before its log-softmax), which keeps p_rest exact. Any other T is an
 //     error rather than a silent re-tempering of the (k+1)-category distribution (p^(1/T) renormalised), which
@@ -111,7 +112,8 @@ Tensor topk_distillation_loss(const Tensor& student, const TopkTargets& targets,
 // The checks topk_distillation_loss makes of host targets (teacher ids in [0, vocab_total) and distinct within a row;
 // labels in the vocabulary or ignore_index where the loss reads them), for a caller that moves the targets to the
 // device itself: a graphed training step, whose recorded loss cannot stop on a bad id. Throws the loss's errors.
-void check_topk_targets_on_host(const TopkTargets& targets, int64_t vocab_total, const TopkDistillationOptions& options);
+void check_topk_targets_on_host(const TopkTargets& targets, int64_t vocab_total,
+                                const TopkDistillationOptions& options);
 
 // ---- the same loss without the tape, for a fused trainer that owns its gradient buffers ----------------------
 

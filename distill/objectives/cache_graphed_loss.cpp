@@ -17,7 +17,9 @@ class CacheLoss final : public GraphableLoss {
   // The teacher's ids and log-probabilities [B, T, k], the mask [B, T] and the labels [B, T].
   std::vector<StagedTensor> targets(int64_t batch, int64_t seq) const override {
     const int64_t k = cache_.k();
-    return {{{batch, seq, k}, DType::I32}, {{batch, seq, k}, DType::F32}, {{batch, seq}, DType::I32},
+    return {{{batch, seq, k}, DType::I32},
+            {{batch, seq, k}, DType::F32},
+            {{batch, seq}, DType::I32},
             {{batch, seq}, DType::I32}};
   }
 

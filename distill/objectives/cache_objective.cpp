@@ -3,8 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include "distill/cache/cache_targets.h"
-#include "distill/objectives/cache_graphed_loss.h"
 #include "distill/distill_config.h"
+#include "distill/objectives/cache_graphed_loss.h"
 #include "distill/train/checkpoint.h"
 #include "distill/train/plain_cross_entropy.h"
 

@@ -14,9 +14,7 @@ class CrossEntropyLoss final : public GraphableLoss {
                  "graphable_cross_entropy: label smoothing and z-loss report a plain cross-entropy beside the loss; "
                  "such runs stay eager");
   }
-  std::vector<StagedTensor> targets(int64_t batch, int64_t seq) const override {
-    return {{{batch, seq}, DType::I32}};
-  }
+  std::vector<StagedTensor> targets(int64_t batch, int64_t seq) const override { return {{{batch, seq}, DType::I32}}; }
   void stage(const data::TokenBatch& batch, int64_t vocab, const std::vector<void*>& host) const override {
     check_labels_on_host(batch.targets, vocab, options_.ignore_index);
     std::memcpy(host.at(0), batch.targets.data(), batch.targets.size() * sizeof(int32_t));

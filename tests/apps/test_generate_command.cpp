@@ -95,7 +95,9 @@ TEST_F(GenerateCommand, JsonLinesHoldEveryFieldAndBatchingChangesNoText) {
     EXPECT_TRUE(reason == "max_new_tokens" || reason == "end_of_text") << reason;
     EXPECT_EQ(j["new_tokens"].get<int64_t>() == 6, reason == "max_new_tokens");
     EXPECT_GT(j["prefill_ms"].get<double>(), 0.0);
-    if (j["new_tokens"].get<int64_t>() > 1) EXPECT_GT(j["tokens_per_second"].get<double>(), 0.0);
+    if (j["new_tokens"].get<int64_t>() > 1) {
+      EXPECT_GT(j["tokens_per_second"].get<double>(), 0.0);
+    }
     EXPECT_NE(printed.str().find(fmt::format("### prompt {}", i)), std::string::npos);
     EXPECT_NE(printed.str().find(prompts[i] + records[i].completion), std::string::npos);
   }

@@ -222,7 +222,9 @@ TEST(DistillCompare, AResumeKeepsFinishedMethodsAndRunsADamagedOrUnfinishedOneAg
   const ComparisonReport kept =
       run_distillation_comparison(resolve_compare(overrides), Device::cpu(), RunStart::kResume);
   for (const MethodResult& m : kept.methods)
-    if (m.available) EXPECT_TRUE(m.reused) << m.name << ": finished, so not run again";
+    if (m.available) {
+      EXPECT_TRUE(m.reused) << m.name << ": finished, so not run again";
+    }
 
   // A truncated record and a method that stopped before its record: both run again, to the same figures.
   const std::string rest_record = ::retort::testing::read_bytes(run / "topk_rest" / "method.json");
@@ -237,8 +239,10 @@ TEST(DistillCompare, AResumeKeepsFinishedMethodsAndRunsADamagedOrUnfinishedOneAg
     EXPECT_EQ(m.reused, !redone) << m.name;
     EXPECT_EQ(m.eval.loss, kept.methods[i].eval.loss) << m.name << ": the same run gives the same figures";
     EXPECT_EQ(m.eval.kl_to_teacher, kept.methods[i].eval.kl_to_teacher) << m.name;
-    if (redone) EXPECT_GT(m.train_seconds, 0.0) << m.name;
-    if (redone) EXPECT_EQ(testing::read_metrics(run / m.name / "student").size(), 12u) << m.name << ": once, whole";
+    if (redone) {
+      EXPECT_GT(m.train_seconds, 0.0) << m.name;
+      EXPECT_EQ(testing::read_metrics(run / m.name / "student").size(), 12u) << m.name << ": once, whole";
+    }
   }
   EXPECT_TRUE(read_json(run / "topk_rest" / "method.json").at("available").get<bool>());
 }

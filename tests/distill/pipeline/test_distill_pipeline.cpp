@@ -54,7 +54,9 @@ const fs::path& straight_pipeline() {
 void expect_same_figures(const nlohmann::json& a, const nlohmann::json& b) {
   for (const char* model : {"teacher", "student_kd", "student_labels"})
     for (const char* key : {"loss", "kl_to_teacher", "top1_agreement", "tokens"})
-      if (a.at(model).contains(key)) EXPECT_EQ(a.at(model).at(key), b.at(model).at(key)) << model << " " << key;
+      if (a.at(model).contains(key)) {
+        EXPECT_EQ(a.at(model).at(key), b.at(model).at(key)) << model << " " << key;
+      }
   EXPECT_EQ(a.at("cache_tokens"), b.at("cache_tokens"));
 }
 

@@ -60,39 +60,39 @@ __device__ __forceinline__ void load_norm8(const void* p, int64_t k, float (&v)[
   load8(static_cast<const NW*>(p) + k, v);
 }
 
-// Each row's norm statistics (mean and 1 / rms about it; mean 0 for RMSNorm), one warp a row, as the norm kernels
-// compute them: the mean, then the second moment about it. `row(m)` is the row, in shared or global memory.
+// One row's norm statistics, read by `lanes` cooperating lanes of a warp (this one from pack `first`, every `lanes`-th
+// 8-value pack; a lane with packs 0 only joins the reductions) and reduced by `reduce`: the mean (0 for RMSNorm),
+// then 1 / rms of the second moment about it, as the norm kernels compute them. kLoads: packs a lane has in flight
+// (several from global memory; one from shared memory, where registers are scarcer than latency).
+template <int kLoads, typename Reduce>
+__device__ __forceinline__ float2 row_moments(const Params& p, const bf16* row, int64_t first, int64_t lanes,
+                                              int64_t packs, Reduce&& reduce) {
+  const float inv_k = 1.f / static_cast<float>(p.K);
+  const auto over_row = [&](auto&& f) {
+    float total = 0.f;
+#pragma unroll kLoads
+    for (int64_t q = first; q < packs; q += lanes) {
+      float v[8];
+      load8(row + 8 * q, v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) total += f(v[e]);
+    }
+    return reduce(total);
+  };
+  const float mu = p.norm == kNormLayer ? over_row([](float v) { return v; }) * inv_k : 0.f;
+  const float rs = 1.f / sqrtf(over_row([mu](float v) { return (v - mu) * (v - mu); }) * inv_k + p.eps);
+  return make_float2(mu, rs);
+}
+
+// Each row's norm statistics (row_moments), one warp a row; `row(m)` is the row, in shared or global memory.
 template <typename Row>
 __device__ void row_statistics(const Params& p, Row&& row, float* mean, float* rstd) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t packs = p.K / 8;
-  const float inv_k = 1.f / static_cast<float>(p.K);
   for (int64_t m = warp; m < p.rows; m += kWarps) {
-    const bf16* xr = row(m);
-    float mu = 0.f;
-    if (p.norm == kNormLayer) {
-      float s = 0.f;
-#pragma unroll 4
-      for (int64_t q = lane; q < packs; q += 32) {
-        float v[8];
-        load8(xr + 8 * q, v);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) s += v[e];
-      }
-      mu = warp_sum(s) * inv_k;
-    }
-    float sq = 0.f;
-#pragma unroll 4
-    for (int64_t q = lane; q < packs; q += 32) {
-      float v[8];
-      load8(xr + 8 * q, v);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sq += (v[e] - mu) * (v[e] - mu);
-    }
-    const float rs = 1.f / sqrtf(warp_sum(sq) * inv_k + p.eps);
+    const float2 moments = row_moments<4>(p, row(m), lane, 32, p.K / 8, [](float v) { return warp_sum(v); });
     if (lane == 0) {
-      mean[m] = mu;
-      rstd[m] = rs;
+      mean[m] = moments.x;
+      rstd[m] = moments.y;
     }
   }
 }
@@ -106,32 +106,14 @@ __device__ void norm_staged_rows(const Params& p, bf16* rows_s, int64_t pitch, c
   const int m = threadIdx.x / kLanes, sub = threadIdx.x % kLanes;
   const bool live = m < p.rows;
   const int64_t packs = p.K / 8;
-  const float inv_k = 1.f / static_cast<float>(p.K);
   bf16* row = rows_s + m * pitch;
   const auto group_sum = [](float v) {
 #pragma unroll
     for (int o = kLanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
   };
-  float mu = 0.f;
-  if (p.norm == kNormLayer) {
-    float sum = 0.f;
-    for (int64_t q = sub; live && q < packs; q += kLanes) {
-      float v[8];
-      load8(row + 8 * q, v);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sum += v[e];
-    }
-    mu = group_sum(sum) * inv_k;
-  }
-  float sq = 0.f;
-  for (int64_t q = sub; live && q < packs; q += kLanes) {
-    float v[8];
-    load8(row + 8 * q, v);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) sq += (v[e] - mu) * (v[e] - mu);
-  }
-  const float rs = 1.f / sqrtf(group_sum(sq) * inv_k + p.eps);
+  const float2 moments = row_moments<1>(p, row, sub, kLanes, live ? packs : 0, group_sum);
+  const float mu = moments.x, rs = moments.y;
   for (int64_t q = sub; live && q < packs; q += kLanes) {
     float v[8], w[8], b[8] = {};
     load8(row + 8 * q, v);

@@ -1,4 +1,6 @@
-// The small-m linear of a decode step: out [M, N] = epilogue(norm(x) [M, K] W^T + bias) for M <= 8 rows, one launch.
+// The small-m linear of a decode step: out [M, N] = epilogue(norm(x) [M, K] W^T + bias) for M <= 8 rows, one launch,
+// on the CUDA cores; bf16 rows from 5 on go to the tensor-core kernel (small_m_linear_mma.cu) when it takes them, and
+// more than 8 rows it does not take run here in launches of 8 (small_m_linear() at the end of this file).
 //
 // With a handful of rows a product is a matrix-vector product bound by reading the weight once; cuBLAS runs it as a
 // GEMM tile too wide for the rows and leaves the norm before and the bias or residual after to other launches. Here:

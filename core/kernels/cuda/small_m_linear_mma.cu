@@ -1,5 +1,5 @@
-// The small-m linear on the tensor cores: out [M, N] = epilogue(norm(x) [M, K] W^T + bias) for 9..32 bf16 rows (a
-// decode step of a batch of sequences), one launch.
+// The small-m linear on the tensor cores: out [M, N] = epilogue(norm(x) [M, K] W^T + bias) for 5..32 bf16 rows (a
+// decode step of a batch of sequences; RETORT_DECODE_MMA_MIN_ROWS moves the lower end), one launch.
 //
 // Past a few rows the CUDA-core kernel (small_m_linear.cu) spends more time on multiply-adds than on reading the
 // weight; cuBLAS's tiles are sized for larger products and leave the norm before and the epilogue after to other
@@ -10,14 +10,20 @@
 //     order of k is the same sum as long as A and B agree on it: lane l's 8 values at k = 8 (l % 4) .. + 7 of a
 //     32-wide block stand for the fragment's k = 2 (l % 4) + {0, 1} and 2 (l % 4) + {8, 9} of two m16n8k16 products,
 //     for the weight and the rows alike. No ldmatrix, no shuffles;
-//   - the input rows are normed (float32 statistics, rounded to bf16 as a norm kernel stores them) and staged in
-//     shared memory once per block, with a row pitch of 64 bytes mod 128, so the 8 lanes of a 16-byte phase read 8
-//     different bank groups. Rows that do not fit shared memory whole are staged in chunks of K, per tile;
+//   - the input rows are copied into shared memory with cp.async, once per block, and normed there, 8 threads a row
+//     (float32 statistics, rounded to bf16 as a norm kernel stores them), with a row pitch of 64 bytes mod 128, so the
+//     8 lanes of a 16-byte phase read 8 different bank groups. Rows that do not fit shared memory whole are staged in
+//     chunks of K, per tile, with their statistics computed from global memory first;
 //   - a block of 8 warps owns 16 * 8 / split output features; `split` warps share a group of 16 features, each taking
-//     every split-th 32-wide block of k. Their float32 sums meet in shared memory, are added in a fixed order
-//     (deterministic, no atomics) and finished (bias, GELU, SwiGLU or residual, one rounding) with the rows of one
-//     output row spread over consecutive threads;
-//   - like the CUDA-core kernel, a dependent launch prefetches the first tile's weights into L2 before it waits.
+//     every split-th 32-wide block of k, with two passes of weight loads in flight. Their float32 sums meet in shared
+//     memory, are added in a fixed order (deterministic, no atomics) and finished (bias, GELU, SwiGLU or residual,
+//     one rounding, the operands staged per tile by cp.async) with the rows of one output row spread over
+//     consecutive threads;
+//   - the weights and the norm's parameters do not depend on the kernel before: under programmatic dependent launch
+//     a block prefetches its tiles' weights into L2, stages the norm's parameters and loads its first pass of weights
+//     into registers before it waits.
+// Measured (docs/benchmarks.md): faster than cuBLAS plus a norm kernel up to 16 rows; at 32 rows every block's
+// staging and norm of all the rows costs more than cuBLAS's products, so the models stop at 16 by default.
 // clang-format off
 #include "core/kernels/cuda/common.cuh"  // first: it configures fmt for nvcc
 // clang-format on

@@ -8,6 +8,7 @@
 #include "core/autograd/grad_mode.h"
 #include "parallel/generate/kv_cache.h"
 #include "parallel/models/gpt_model.h"
+#include "tests/parallel/generate/padded_prompts.h"
 
 namespace retort::decode_testing {
 
@@ -22,14 +23,10 @@ inline std::vector<std::vector<float>> run_script(const GptModel& model, DType d
   const Device device = model.named_parameters().front().second.device();
   const int64_t B = static_cast<int64_t>(prompts.size()), width = 7;
   generate::KvCache cache(model, B, model.config().block_size, dtype, device);
-  std::vector<int32_t> padded(static_cast<size_t>(B * width), 0);
-  std::vector<int64_t> valid;
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(prompts[b].begin(), prompts[b].end(), padded.begin() + b * width);
-    valid.push_back(static_cast<int64_t>(prompts[b].size()));
-  }
+  const generate_testing::PaddedPrompts padded = generate_testing::pad_prompts(prompts, width);
   std::vector<std::vector<float>> out{
-      model.forward_cached(Tensor::from_ints(padded, {B, width}, device), valid, cache, dtype).to_floats()};
+      model.forward_cached(Tensor::from_ints(padded.ids, {B, width}, device), padded.lengths, cache, dtype)
+          .to_floats()};
   const Tensor inv_freq = model.rope_frequencies(device);
   for (int step = 0; step < steps; ++step) {
     std::vector<int32_t> tokens, positions;

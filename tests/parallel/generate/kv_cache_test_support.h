@@ -15,6 +15,7 @@
 #include "parallel/generate/kv_cache.h"
 #include "parallel/models/gpt_model.h"
 #include "parallel/tp/layers.h"
+#include "tests/parallel/generate/padded_prompts.h"
 
 namespace retort::kv_cache_testing {
 
@@ -56,12 +57,7 @@ inline std::vector<std::vector<double>> check_cached_against_full(const GptModel
   std::vector<std::vector<int32_t>> sequences = prompts;
   std::vector<std::vector<double>> all_logits;
   generate::KvCache cache(model, B, model.config().block_size, dtype, device);
-  std::vector<int32_t> padded(static_cast<size_t>(B * width), 0);
-  std::vector<int64_t> valid;
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(prompts[b].begin(), prompts[b].end(), padded.begin() + b * width);
-    valid.push_back(static_cast<int64_t>(prompts[b].size()));
-  }
+  const generate_testing::PaddedPrompts padded = generate_testing::pad_prompts(prompts, width);
   auto compare = [&](const Tensor& logits, const std::vector<int64_t>& rows_valid, const std::string& step) {
     EXPECT_EQ(logits.shape(), Shape({B, vocab_local})) << what << " " << step;
     if (model.tp_group()) {
@@ -83,7 +79,8 @@ inline std::vector<std::vector<double>> check_cached_against_full(const GptModel
       }
     }
   };
-  compare(model.forward_cached(Tensor::from_ints(padded, {B, width}, device), valid, cache, dtype), valid, "prefill");
+  compare(model.forward_cached(Tensor::from_ints(padded.ids, {B, width}, device), padded.lengths, cache, dtype),
+          padded.lengths, "prefill");
   EXPECT_EQ(cache.lengths(), std::vector<int64_t>({5, 2, 7}));
   for (int step = 0; step < kScriptSteps; ++step) {
     std::vector<int32_t> next;

@@ -25,10 +25,9 @@ class CacheLoss final : public GraphableLoss {
 
   void stage(const data::TokenBatch& batch, int64_t vocab, const std::vector<void*>& host) const override {
     const losses::TopkTargets t = cache_targets_for_batch(cache_, batch);
-    // The teacher's ids here, the labels once below (the CE metric reads them even where the loss does not).
-    losses::TopkTargets teacher = t;
-    teacher.labels = Tensor();
-    losses::check_topk_targets_on_host(teacher, vocab, options_);
+    // The loss's own checks (its options need the labels present), and the labels again for the CE metric, which
+    // reads them even at kd_ratio 1 where the loss does not.
+    losses::check_topk_targets_on_host(t, vocab, options_);
     check_labels_on_host(batch.targets, vocab, options_.ignore_index);
     const Tensor* parts[] = {&t.indices, &t.logprobs, &t.mask, &t.labels};
     for (size_t i = 0; i < 4; ++i) std::memcpy(host.at(i), parts[i]->raw_data(), parts[i]->nbytes());

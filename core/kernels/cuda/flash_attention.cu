@@ -31,33 +31,18 @@
 
 #include "core/kernels/backends.h"
 #include "core/kernels/cuda/flash_attention.h"
+#include "core/kernels/cuda/flash_attention_parts.cuh"
 #include "core/kernels/cuda/ptx.cuh"
 
 namespace retort::kernels::cuda {
 namespace {
 using namespace detail;
 using namespace ptx;
+using namespace flash;
 
 constexpr int kTile = 64;  // the backward's query rows per tile, and the default tile height
 constexpr int kWarps = 4;  // of a forward CTA
 constexpr int kThreads = 32 * kWarps;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-// Two floats as a bf16 pair, the first in the low half (the lower column of an mma fragment).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
-// The C fragments of two adjacent 16x8 products (columns 16 kk .. 16 kk + 15 of a 16-row block) as the A fragment
-// of the next product: the accumulator layout of m16n8 is the operand layout of m16k16, pair by pair.
-__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
-  a[0] = pack_bf16(lo[0], lo[1]);
-  a[1] = pack_bf16(lo[2], lo[3]);
-  a[2] = pack_bf16(hi[0], hi[1]);
-  a[3] = pack_bf16(hi[2], hi[3]);
-}
 
 // ---- shared-memory tiles ------------------------------------------------------------------------------------
 // A tile of rows of kCols bf16, in 16-byte chunks whose index is XOR-ed with the row's low 3 bits: the 8 row
@@ -114,25 +99,6 @@ __device__ __forceinline__ uint32_t at_addr(const bf16* tile, int r0, int c0, in
   const int m = lane >> 3;
   return smem_addr(tile + swizzle<kCols>(c0 + ((m >> 1) << 3) + (lane & 7), (r0 >> 3) + (m & 1)));
 }
-
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
-struct ForwardArgs {
-  const bf16 *q, *k, *v;
-  int64_t q_stride, k_stride, v_stride;
-  bf16* out;
-  int64_t out_stride;
-  float* lse;  // [B, H, T]
-  int T, H, group;
-  float scale_log2;  // log2(e) / sqrt(D): scores in base 2
-};
 
 // Forward, M 16-row blocks a warp (a query tile of 64 M rows): with M = 2 every K and V fragment read from shared
 // memory feeds two products, which halves the shared-memory traffic per product. Q's fragments stay in registers
@@ -587,10 +553,15 @@ void forward(const Inputs& in, void* out, int64_t out_stride, float* lse) {
                       static_cast<int>(in.H),
                       static_cast<int>(in.H / in.KV),
                       scale * kLog2e};
-  // Query rows a warp: 32 (two row blocks sharing each K and V fragment; 10-20% faster than 16 on an H200) unless
-  // RETORT_FLASH_ROWS=16 asks for the one-block kernel, to measure them against each other.
+  // Hopper's warpgroup products where this build and GPU have them, unless RETORT_FLASH_FORWARD=mma asks for the
+  // mma.sync kernel below (to measure them against each other; every other GPU takes it). That one takes 32 query
+  // rows a warp (two row blocks sharing each K and V fragment; 10-20% faster than 16 on an H200) unless
+  // RETORT_FLASH_ROWS=16 asks for its one-block form (which implies mma.sync).
+  const char* forward_choice = std::getenv("RETORT_FLASH_FORWARD");
   const char* rows_choice = std::getenv("RETORT_FLASH_ROWS");
   const int M = rows_choice != nullptr && std::string_view(rows_choice) == "16" ? 1 : 2;
+  const bool mma_sync = M == 1 || (forward_choice != nullptr && std::string_view(forward_choice) == "mma");
+  if (!mma_sync && forward_wgmma(a, static_cast<int>(in.D), static_cast<int>(in.B), rc::current_stream())) return;
   const int64_t rows = kWarps * 16 * M;
   const dim3 grid(static_cast<unsigned>((in.T + rows - 1) / rows), static_cast<unsigned>(in.H),
                   static_cast<unsigned>(in.B));

@@ -291,38 +291,6 @@ __global__ void row_dot_kernel(const bf16* dout, int64_t dout_stride, const bf16
   }
 }
 
-struct BackwardArgs {
-  const bf16 *q, *k, *v, *dout;
-  int64_t q_stride, k_stride, v_stride, dout_stride;
-  const float *lse, *dvec;  // [B, H, T]
-  float* dq;                // [B, T, H, D] float32 accumulator, zeroed
-  bf16 *dk, *dv;
-  int64_t dk_stride, dv_stride;
-  int T, H, group;
-  float scale_log2, scale;
-};
-
-// Adds a warp's 16 x D block of dQ (C fragments, rows g and g + 8) into the float32 accumulator with 16-byte
-// atomics: neighbouring lanes (tig, tig ^ 1) trade halves so that each holds 4 consecutive columns of one row.
-template <int kCols>
-__device__ __forceinline__ void add_dq(float (&dq)[kCols / 8][4], float* row_g, float* row_g8, int tig, bool ok_g,
-                                       bool ok_g8) {
-  const bool even = (tig & 1) == 0;
-  const int col = 4 * (tig >> 1);
-#pragma unroll
-  for (int n = 0; n < kCols / 8; ++n) {
-    // Even lanes keep row g and send row g + 8; odd lanes the other way round.
-    const float send0 = even ? dq[n][2] : dq[n][0], send1 = even ? dq[n][3] : dq[n][1];
-    const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-    if (even) {
-      if (ok_g) atomicAdd(reinterpret_cast<float4*>(row_g + n * 8 + col), make_float4(dq[n][0], dq[n][1], got0, got1));
-    } else {
-      if (ok_g8)
-        atomicAdd(reinterpret_cast<float4*>(row_g8 + n * 8 + col), make_float4(got0, got1, dq[n][2], dq[n][3]));
-    }
-  }
-}
-
 // Backward, one CTA per kKeyWarps * 16 keys of one key/value head (16 keys a warp), walking 64-row query tiles.
 // Wider key tiles (8 warps, 128 keys) halve the dQ atomics, which are summed over the tile's keys first.
 template <int D, int kKeyWarps>
@@ -616,10 +584,16 @@ void backward(const Inputs& in, const void* dout, int64_t dout_stride, const voi
                          static_cast<int>(in.H / in.KV),
                          scale * kLog2e,
                          scale};
-    // Keys a CTA: 128 (8 warps) at head size 128, 64 (4 warps) at 64, the faster of the two at each size on an H200
+    // Hopper's warpgroup products where this build and GPU have them, unless RETORT_FLASH_BACKWARD=mma or
+    // RETORT_FLASH_KEYS asks for the mma.sync kernel below (every other GPU takes it). That one takes 128 keys a CTA
+    // (8 warps) at head size 128 and 64 (4 warps) at 64, the faster of the two at each size on an H200
     // (docs/benchmarks.md; at 64 the 8-warp CTA's 177 registers a thread leave one CTA a multiprocessor, the 4-warp
-    // one fits two). RETORT_FLASH_KEYS=64 or 128 picks one, to measure them against each other.
+    // one fits two); RETORT_FLASH_KEYS=64 or 128 picks one, to measure them against each other.
+    const char* backward_choice = std::getenv("RETORT_FLASH_BACKWARD");
     const char* keys_choice = std::getenv("RETORT_FLASH_KEYS");
+    const bool mma_sync =
+        keys_choice != nullptr || (backward_choice != nullptr && std::string_view(backward_choice) == "mma");
+    const bool done = !mma_sync && backward_wgmma(a, D, static_cast<int>(in.B), static_cast<int>(in.KV), stream);
     int key_warps = D == 128 ? 8 : 4;
     if (keys_choice != nullptr && std::string_view(keys_choice) == "64") key_warps = 4;
     if (keys_choice != nullptr && std::string_view(keys_choice) == "128") key_warps = 8;
@@ -628,9 +602,11 @@ void backward(const Inputs& in, const void* dout, int64_t dout_stride, const voi
                     static_cast<unsigned>(in.B));
     const int64_t smem_bytes = backward_smem(D, key_warps);
     auto kernel = key_warps == 4 ? flash_backward_kernel<D, 4> : flash_backward_kernel<D, 8>;
-    allow_smem(kernel, smem_bytes);
-    kernel<<<grid, 32 * key_warps, smem_bytes, stream>>>(a);
-    RETORT_CUDA_CHECK_LAUNCH();
+    if (!done) {
+      allow_smem(kernel, smem_bytes);
+      kernel<<<grid, 32 * key_warps, smem_bytes, stream>>>(a);
+      RETORT_CUDA_CHECK_LAUNCH();
+    }
 
     finish_dq_kernel<D><<<grid_for(rows * in.H * D / 8, 256), 256, 0, stream>>>(
         static_cast<const float*>(dq_acc.data()), static_cast<bf16*>(dq), dq_stride, rows, static_cast<int>(in.H),

@@ -22,6 +22,38 @@ struct ForwardArgs {
   float scale_log2;  // log2(e) / sqrt(D): scores in base 2
 };
 
+struct BackwardArgs {
+  const bf16 *q, *k, *v, *dout;
+  int64_t q_stride, k_stride, v_stride, dout_stride;
+  const float *lse, *dvec;  // [B, H, T]
+  float* dq;                // [B, T, H, D] float32 accumulator, zeroed
+  bf16 *dk, *dv;
+  int64_t dk_stride, dv_stride;
+  int T, H, group;
+  float scale_log2, scale;
+};
+
+// Adds a warp's 16 x D block of dQ (C fragments, rows g and g + 8) into the float32 accumulator with 16-byte
+// atomics: neighbouring lanes (tig, tig ^ 1) trade halves so that each holds 4 consecutive columns of one row.
+template <int kCols>
+__device__ __forceinline__ void add_dq(float (&dq)[kCols / 8][4], float* row_g, float* row_g8, int tig, bool ok_g,
+                                       bool ok_g8) {
+  const bool even = (tig & 1) == 0;
+  const int col = 4 * (tig >> 1);
+#pragma unroll
+  for (int n = 0; n < kCols / 8; ++n) {
+    // Even lanes keep row g and send row g + 8; odd lanes the other way round.
+    const float send0 = even ? dq[n][2] : dq[n][0], send1 = even ? dq[n][3] : dq[n][1];
+    const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+    if (even) {
+      if (ok_g) atomicAdd(reinterpret_cast<float4*>(row_g + n * 8 + col), make_float4(dq[n][0], dq[n][1], got0, got1));
+    } else {
+      if (ok_g8)
+        atomicAdd(reinterpret_cast<float4*>(row_g8 + n * 8 + col), make_float4(got0, got1, dq[n][2], dq[n][3]));
+    }
+  }
+}
+
 // Two floats as a bf16 pair, the first in the low half (the lower column of an mma fragment).
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -47,8 +79,10 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// Runs the wgmma forward (flash_attention_wgmma.cu) for head size D over B batches when this build and device
-// have it (sm_90a code, a compute capability 9.0 GPU); false when they do not, and the caller runs its own.
+// The wgmma kernels (flash_attention_wgmma.cu) for head size D over B batches (and KV key/value heads), when this
+// build and device have them (sm_90a code, a compute capability 9.0 GPU); false when they do not, and the caller
+// runs its own. The backward is the main pass only: Dvec before it and dQ's scaling after it stay the caller's.
 bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream);
+bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t stream);
 
 }  // namespace retort::kernels::cuda::flash

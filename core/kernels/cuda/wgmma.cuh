@@ -68,12 +68,14 @@ __device__ __forceinline__ void keep(float (&d)[kN][4]) {
 }
 
 #define RETORT_ACC4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define RETORT_ACC16 RETORT_ACC4(0), RETORT_ACC4(1), RETORT_ACC4(2), RETORT_ACC4(3)
 #define RETORT_ACC32                                                                                              \
   RETORT_ACC4(0), RETORT_ACC4(1), RETORT_ACC4(2), RETORT_ACC4(3), RETORT_ACC4(4), RETORT_ACC4(5), RETORT_ACC4(6), \
       RETORT_ACC4(7)
 #define RETORT_ACC64                                                                                                \
   RETORT_ACC32, RETORT_ACC4(8), RETORT_ACC4(9), RETORT_ACC4(10), RETORT_ACC4(11), RETORT_ACC4(12), RETORT_ACC4(13), \
       RETORT_ACC4(14), RETORT_ACC4(15)
+#define RETORT_REGS16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define RETORT_REGS32                                                                                               \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31}"
@@ -82,30 +84,39 @@ __device__ __forceinline__ void keep(float (&d)[kN][4]) {
   "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
   "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-// d (+)= A B with A and B in shared memory (a K-major A; B K-major or, with kBMajor MN, MN-major). accumulate = 0
+// mma_ss: d (+)= A B with A and B in shared memory, each K-major or (kAMajor, kBMajor MN) MN-major. accumulate = 0
 // overwrites d.
-template <Major kBMajor = Major::K>
-__device__ __forceinline__ void mma(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) {
-  constexpr int kTransB = kBMajor == Major::MN ? 1 : 0;
+template <Major kAMajor = Major::K, Major kBMajor = Major::K>
+__device__ __forceinline__ void mma_ss(float (&d)[4][4], uint64_t a, uint64_t b, int accumulate) {
+  constexpr int kTransA = kAMajor == Major::MN ? 1 : 0, kTransB = kBMajor == Major::MN ? 1 : 0;
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " RETORT_REGS16 ", %16, %17, p, 1, 1, %19, %20;\n}\n"
+      : RETORT_ACC16
+      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+template <Major kAMajor = Major::K, Major kBMajor = Major::K>
+__device__ __forceinline__ void mma_ss(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) {
+  constexpr int kTransA = kAMajor == Major::MN ? 1 : 0, kTransB = kBMajor == Major::MN ? 1 : 0;
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " RETORT_REGS32 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " RETORT_REGS32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
       : RETORT_ACC32
-      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
 }
-template <Major kBMajor = Major::K>
-__device__ __forceinline__ void mma(float (&d)[16][4], uint64_t a, uint64_t b, int accumulate) {
-  constexpr int kTransB = kBMajor == Major::MN ? 1 : 0;
+template <Major kAMajor = Major::K, Major kBMajor = Major::K>
+__device__ __forceinline__ void mma_ss(float (&d)[16][4], uint64_t a, uint64_t b, int accumulate) {
+  constexpr int kTransA = kAMajor == Major::MN ? 1 : 0, kTransB = kBMajor == Major::MN ? 1 : 0;
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " RETORT_REGS64 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " RETORT_REGS64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
       : RETORT_ACC64
-      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
 }
 
-// d (+)= A B with A in registers (the warp's 16 x 16 block as for mma.sync) and B in shared memory.
+// mma_rs: d (+)= A B with A in registers (the warp's 16 x 16 block as for mma.sync) and B in shared memory.
 template <Major kBMajor = Major::K>
-__device__ __forceinline__ void mma(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+__device__ __forceinline__ void mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, int accumulate) {
   constexpr int kTransB = kBMajor == Major::MN ? 1 : 0;
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
@@ -115,7 +126,7 @@ __device__ __forceinline__ void mma(float (&d)[8][4], const uint32_t (&a)[4], ui
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(kTransB));
 }
 template <Major kBMajor = Major::K>
-__device__ __forceinline__ void mma(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+__device__ __forceinline__ void mma_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b, int accumulate) {
   constexpr int kTransB = kBMajor == Major::MN ? 1 : 0;
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -126,8 +137,10 @@ __device__ __forceinline__ void mma(float (&d)[16][4], const uint32_t (&a)[4], u
 }
 
 #undef RETORT_ACC4
+#undef RETORT_ACC16
 #undef RETORT_ACC32
 #undef RETORT_ACC64
+#undef RETORT_REGS16
 #undef RETORT_REGS32
 #undef RETORT_REGS64
 #endif  // RETORT_WGMMA_AVAILABLE

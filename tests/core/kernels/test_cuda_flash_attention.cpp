@@ -3,9 +3,9 @@
 // materialising kernels; and through ops::causal_attention / causal_self_attention with RETORT_ATTENTION switching
 // paths. Shapes cover both head sizes, grouped-query ratios 1, 4 and 8, lengths that are not a multiple of the
 // kernels' tiles (32 to 128 rows: T = 1, 100, 192, 1000), a long sequence (4096), 32 heads at batch 1, the packed
-// [B, T, 3C] layout, and scores of magnitude 1e4; and the wgmma forward (H100 / H200) against the mma.sync one.
-// The GPU tests skip cleanly without a GPU; RETORT_FLASH_FORWARD=mma, RETORT_FLASH_ROWS and RETORT_FLASH_KEYS in the
-// environment run them on the other kernels (gpu-checks/flash.sh does).
+// [B, T, 3C] layout, and scores of magnitude 1e4; and the wgmma kernels (H100 / H200) against the mma.sync ones.
+// The GPU tests skip cleanly without a GPU; RETORT_FLASH_FORWARD=mma, RETORT_FLASH_BACKWARD=mma, RETORT_FLASH_ROWS
+// and RETORT_FLASH_KEYS in the environment run them on the other kernels (gpu-checks/flash.sh does).
 //
 // Tolerances (norm-wise relative error, ||x - ref|| / ||ref||): the kernels round P and dS to bf16 (8 significant
 // bits, relative rounding error <= 2^-9 ~ 2e-3) before their products and write out, dq, dk, dv in bf16 (another
@@ -347,29 +347,32 @@ TEST(CudaFlashAttention, AgreesWithMaterialisedPath) {
   EXPECT_LE(relative_error(flash.dv, dv.to_doubles()), 2e-2);
 }
 
-// RETORT_FLASH_FORWARD=mma while in scope: the mma.sync forward kernel instead of the wgmma one on an H100 / H200.
-struct ForceMmaSyncForward {
-  ForceMmaSyncForward() { setenv("RETORT_FLASH_FORWARD", "mma", 1); }
-  ~ForceMmaSyncForward() { unsetenv("RETORT_FLASH_FORWARD"); }
+// `name`=`value` in the environment while in scope.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(std::string n, const char* value) : name(std::move(n)) { setenv(name.c_str(), value, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
 };
 
-// The two forward kernels (wgmma where the GPU has it, mma.sync) give the same output and log-sum-exp up to the
-// order of their float32 sums and one bf16 rounding of the output, and the same gradients after them, on lengths
-// that end inside a tile, both head sizes and a grouped-query ratio of 4. (On other GPUs both runs take mma.sync.)
-TEST(CudaFlashAttention, ForwardKernelsAgree) {
+// The wgmma kernels (the default on an H100 / H200) and the mma.sync ones (RETORT_FLASH_FORWARD=mma,
+// RETORT_FLASH_BACKWARD=mma) give the same output, log-sum-exp and gradients up to the order of their float32 sums
+// and bf16 roundings, on lengths that end inside a tile, both head sizes and grouped-query ratios of 1 and 4. On
+// other GPUs every run takes mma.sync.
+TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
   SKIP_WITHOUT_GPU();
   for (const Dims d : {Dims{2, 333, 8, 2, 128}, Dims{1, 1000, 4, 1, 64}, Dims{3, 129, 2, 2, 64}}) {
     const Inputs in = random_inputs(d, 61);
     const Result hopper = run_flash(d, in, false);
     Result mma_sync;
     {
-      ForceMmaSyncForward force;
+      ScopedEnv forward("RETORT_FLASH_FORWARD", "mma"), backward("RETORT_FLASH_BACKWARD", "mma");
       mma_sync = run_flash(d, in, false);
     }
     EXPECT_LE(relative_error(hopper.out, mma_sync.out), 5e-3) << d.str();
     for (size_t i = 0; i < hopper.lse.size(); ++i)
       ASSERT_NEAR(hopper.lse[i], mma_sync.lse[i], 1e-5 * (1 + std::abs(mma_sync.lse[i]))) << d.str() << " row " << i;
     EXPECT_LE(relative_error(hopper.dq, mma_sync.dq), 1e-2) << d.str();
+    EXPECT_LE(relative_error(hopper.dk, mma_sync.dk), 1e-2) << d.str();
     EXPECT_LE(relative_error(hopper.dv, mma_sync.dv), 1e-2) << d.str();
   }
 }

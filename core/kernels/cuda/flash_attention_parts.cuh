@@ -34,23 +34,23 @@ struct BackwardArgs {
 };
 
 // Adds a warp's 16 x D block of dQ (C fragments, rows g and g + 8) into the float32 accumulator with 16-byte
-// atomics: neighbouring lanes (tig, tig ^ 1) trade halves so that each holds 4 consecutive columns of one row.
+// atomics: neighbouring lanes (tig, tig ^ 1) trade halves so that each holds 4 consecutive columns of one row. No
+// branches, only a predicated atomic: the wgmma backward runs this while its products are in flight, which a
+// divergent branch would make the compiler wait for.
 template <int kCols>
 __device__ __forceinline__ void add_dq(float (&dq)[kCols / 8][4], float* row_g, float* row_g8, int tig, bool ok_g,
                                        bool ok_g8) {
   const bool even = (tig & 1) == 0;
   const int col = 4 * (tig >> 1);
+  float* row = even ? row_g : row_g8;  // even lanes keep row g and send row g + 8; odd lanes the other way round
+  const bool ok = even ? ok_g : ok_g8;
 #pragma unroll
   for (int n = 0; n < kCols / 8; ++n) {
-    // Even lanes keep row g and send row g + 8; odd lanes the other way round.
     const float send0 = even ? dq[n][2] : dq[n][0], send1 = even ? dq[n][3] : dq[n][1];
     const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-    if (even) {
-      if (ok_g) atomicAdd(reinterpret_cast<float4*>(row_g + n * 8 + col), make_float4(dq[n][0], dq[n][1], got0, got1));
-    } else {
-      if (ok_g8)
-        atomicAdd(reinterpret_cast<float4*>(row_g8 + n * 8 + col), make_float4(got0, got1, dq[n][2], dq[n][3]));
-    }
+    const float v0 = even ? dq[n][0] : got0, v1 = even ? dq[n][1] : got1;
+    const float v2 = even ? got0 : dq[n][2], v3 = even ? got1 : dq[n][3];
+    if (ok) atomicAdd(reinterpret_cast<float4*>(row + n * 8 + col), make_float4(v0, v1, v2, v3));
   }
 }
 

@@ -5,12 +5,14 @@
 // The fused causal attention's forward on Hopper's warpgroup products (wgmma, sm_90a): the same result and saved
 // log-sum-exp as the mma.sync kernel in flash_attention.cu, which stays for other GPUs.
 //
-// One CTA of two warpgroups takes 128 query rows of one head, 64 a warpgroup, and walks the key tiles (kKeys keys)
-// up to the diagonal with the online softmax. Per tile and warpgroup: S[64 x kKeys] = Q K^T as D / 16 products
-// with both operands in shared memory; the running max and sum in registers; then O[64 x D] += P V with P taken
+// Forward: one CTA of two warpgroups takes 128 query rows of one head, 64 a warpgroup, and walks the key tiles
+// (kKeys keys) up to the diagonal with the online softmax. Per tile and warpgroup: S[64 x kKeys] = Q K^T as D / 16
+// products with both operands in shared memory; the running max and sum in registers; O[64 x D] += P V with P taken
 // straight from S's registers as the A operand and V read MN-major from shared memory (the transpose bit), so P
-// never touches shared memory. Q, K and V sit in shared memory as 128-byte-swizzled panels (wgmma.cuh); K and V
-// are double-buffered with cp.async, the next tile's copies running under this tile's products.
+// never touches shared memory. The products of P V trail by one tile: tile j issues S_j and then P_{j-1} V_{j-1},
+// and turns S_j into P_j while the tensor cores run the second. Q, K and V sit in shared memory as
+// 128-byte-swizzled panels (wgmma.cuh); K has two stages and V three (V_{j-1} is read while V_{j+1} loads), filled
+// with cp.async one tile ahead.
 #include "core/kernels/cuda/flash_attention_parts.cuh"
 #include "core/kernels/cuda/ptx.cuh"
 #include "core/kernels/cuda/wgmma.cuh"
@@ -23,15 +25,19 @@ constexpr int kRows = 128;  // query rows a CTA
 constexpr int kThreads = 256;
 
 // Rows [0, kTileRows) of a [.., stride] bf16 matrix starting at src into a swizzled tile of D columns; rows >= valid
-// are zeros.
+// are zeros. A thread copies the same 16-byte chunk of every kThreads / (D / 8)-th row, a multiple of 8 rows apart,
+// so its swizzled offset is one base plus whole rows: the address math is done once, not per copy.
 template <int D, int kTileRows>
 __device__ __forceinline__ void load_swizzled(bf16* tile, const bf16* src, int64_t stride, int valid) {
-  constexpr int kChunks = D / 8;
+  constexpr int kChunks = D / 8, kRowStep = kThreads / kChunks;
+  static_assert(kRowStep % 8 == 0 && kTileRows % kRowStep == 0);
+  const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  const uint32_t dst = smem_addr(tile + wgmma::swizzled_offset(kTileRows, r0, c * 8));
+  const bf16* from = src + r0 * stride + c * 8;
 #pragma unroll
-  for (int i = threadIdx.x; i < kTileRows * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    const bool ok = r < valid;
-    cp_async16(smem_addr(tile + wgmma::swizzled_offset(kTileRows, r, c * 8)), src + (ok ? r : 0) * stride + c * 8, ok);
+  for (int k = 0; k < kTileRows / kRowStep; ++k) {
+    const bool ok = r0 + k * kRowStep < valid;
+    cp_async16(dst + k * kRowStep * 128, ok ? from + k * kRowStep * stride : src, ok);
   }
 }
 
@@ -42,7 +48,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_forward_kernel(const Forwar
   // Swizzled operands start on 1024 bytes (the launch asks for the slack).
   bf16* sq = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   bf16* sk = sq + kRows * D;      // 2 stages
-  bf16* sv = sk + 2 * kKeys * D;  // 2 stages
+  bf16* sv = sk + 2 * kKeys * D;  // 3 stages: tile j - 1's is read while tile j + 1's loads
   // The longest rows (the last query tiles) start first, so the short ones fill the tail of the grid.
   const int q_tile = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / a.group;
@@ -64,39 +70,49 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_forward_kernel(const Forwar
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // l: this thread's part of the row sum
-  const uint32_t q_addr = smem_addr(sq) + wg * 64 * 128;
+  const uint64_t q_desc = wgmma::descriptor(smem_addr(sq) + wg * 64 * 128);
 
-  // Key tiles up to the last row's diagonal, none wholly past T.
+  // Key tiles up to the last row's diagonal, none wholly past T; this warpgroup's stop before the first tile whose
+  // keys all follow its rows.
   const int tiles = min((q0 + kRows - 1) / kKeys + 1, (a.T + kKeys - 1) / kKeys);
-  for (int j = 0; j < tiles; ++j) {
+  const int my_tiles = min(tiles, wg_last / kKeys + 1);
+  // Tile j's products: S_j = Q K_j^T, then O += P_{j-1} V_{j-1} behind it, so the tensor cores run the second while
+  // this warpgroup turns S_j into P_j (the running max and sum). O is rescaled once P_{j-1} V_{j-1} is in.
+  float s[kKeys / 8][4];
+  uint32_t p[kKeys / 16][4];  // P_{j-1} as bf16 A fragments
+  auto pv = [&](int j) {      // O += P_j V_j: 16 keys a step, V's rows 2048 bytes apart, its panels kKeys rows apart
+    const uint64_t v_desc = wgmma::descriptor(smem_addr(sv + (j % 3) * kKeys * D), kKeys * 128);
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk)
+      wgmma::mma_rs<wgmma::Major::MN>(o, p[kk], wgmma::advance(v_desc, kk * 2048), 1);
+  };
+  // Waits for tile j's copies and starts tile j + 1's.
+  auto stage_in = [&](int j) {
     cp_async_wait<0>();
     wgmma::fence_async_shared();
-    __syncthreads();  // tile j is in; every warpgroup is done with tile j - 1's stage
+    __syncthreads();  // tile j is in; every warpgroup is done with K_{j-1} and V_{j-2}
     if (j + 1 < tiles) {
       const int k1 = (j + 1) * kKeys;
       load_swizzled<D, kKeys>(sk + ((j + 1) & 1) * kKeys * D, kbase + k1 * a.k_stride, a.k_stride, a.T - k1);
-      load_swizzled<D, kKeys>(sv + ((j + 1) & 1) * kKeys * D, vbase + k1 * a.v_stride, a.v_stride, a.T - k1);
+      load_swizzled<D, kKeys>(sv + ((j + 1) % 3) * kKeys * D, vbase + k1 * a.v_stride, a.v_stride, a.T - k1);
       cp_async_commit();
     }
-    const int k0 = j * kKeys;
-    if (k0 > wg_last) continue;  // every score of this warpgroup's rows masked
-    const uint32_t k_addr = smem_addr(sk + (j & 1) * kKeys * D);
-    const uint32_t v_addr = smem_addr(sv + (j & 1) * kKeys * D);
-
-    // S = Q K^T: panel kk / 4 of each, 32 bytes a step of 16 within a panel.
-    float s[kKeys / 8][4];
-    wgmma::fence();
+  };
+  // S = Q K_j^T: panel kk / 4 of each, 32 bytes a step of 16 within a panel.
+  auto scores = [&](int j) {
+    const uint64_t k_desc = wgmma::descriptor(smem_addr(sk + (j & 1) * kKeys * D));
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t step = (kk & 3) * 32;
-      wgmma::mma_ss(s, wgmma::descriptor(q_addr + (kk >> 2) * kRows * 128 + step),
-                    wgmma::descriptor(k_addr + (kk >> 2) * kKeys * 128 + step), kk > 0);
+      wgmma::mma_ss(s, wgmma::advance(q_desc, (kk >> 2) * kRows * 128 + step),
+                    wgmma::advance(k_desc, (kk >> 2) * kKeys * 128 + step), kk > 0);
     }
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::keep(s);
-
+  };
+  // S_j into P_j in place (float32): the mask, the new running max, the sum; `correction` rescales the old O and l.
+  auto softmax = [&](int j, float(&correction)[2]) {
     // Key > query masked where the tile reaches past the warpgroup's first row (keys past T are among them).
+    const int k0 = j * kKeys;
     if (k0 + kKeys - 1 > wg_first) {
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n)
@@ -104,16 +120,15 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_forward_kernel(const Forwar
         for (int e = 0; e < 4; ++e)
           if (k0 + n * 8 + 2 * tig + (e & 1) > row + (e >> 1) * 8) s[n][e] = -INFINITY;
     }
-    // Online softmax in base 2: m is the running max of the scaled scores. Every row sees a key <= it in each tile
-    // it visits (tiles and warpgroups are aligned), so the max is finite.
-    uint32_t p[kKeys / 16][4];
+    // Base 2: m is the running max of the scaled scores. Every row sees a key <= it in each tile it visits (tiles
+    // and warpgroups are aligned), so the max is finite.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
       mx = fmaxf(m[r], quad_max(mx) * a.scale_log2);
-      const float correction = exp2f(m[r] - mx);  // 0 on the first tile (m = -inf)
+      correction[r] = exp2f(m[r] - mx);  // 0 on the first tile (m = -inf)
       m[r] = mx;
       float sum = 0.f;
 #pragma unroll
@@ -122,26 +137,52 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_forward_kernel(const Forwar
         s[n][2 * r + 1] = exp2f(fmaf(s[n][2 * r + 1], a.scale_log2, -mx));
         sum += s[n][2 * r] + s[n][2 * r + 1];
       }
-      l[r] = l[r] * correction + sum;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][2 * r] *= correction;
-        o[n][2 * r + 1] *= correction;
-      }
+      l[r] = l[r] * correction[r] + sum;
     }
+  };
+  auto to_operand = [&] {
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) c_to_a(p[kk], s[2 * kk], s[2 * kk + 1]);
+  };
 
-    // O += P V: 16 keys a step, V's rows 2048 bytes apart, its panels of 64 columns kKeys rows apart.
+  // Tile 0 (every warpgroup has it): O is still 0, nothing to rescale.
+  float correction[2];
+  stage_in(0);
+  wgmma::fence();
+  scores(0);
+  wgmma::wait<0>();
+  wgmma::keep(s);
+  softmax(0, correction);
+  to_operand();
+  for (int j = 1; j < tiles; ++j) {
+    stage_in(j);
+    if (j >= my_tiles) continue;
     wgmma::keep(o);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk)
-      wgmma::mma_rs<wgmma::Major::MN>(o, p[kk], wgmma::descriptor(v_addr + kk * 16 * 128, kKeys * 128), 1);
+    scores(j);
+    pv(j - 1);
     wgmma::commit();
-    wgmma::wait<0>();
+    wgmma::wait<1>();
+    wgmma::keep(s);
+    softmax(j, correction);
+    wgmma::wait<0>();  // P_{j-1} V_{j-1} is in O, and P_{j-1}'s registers are free
     wgmma::keep(o);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= correction[0];
+      o[n][1] *= correction[0];
+      o[n][2] *= correction[1];
+      o[n][3] *= correction[1];
+    }
+    to_operand();
   }
+  // The last tile's P V (V_{my_tiles - 1} is still in its stage: no copy was issued after it into that one).
+  wgmma::keep(o);
+  wgmma::fence();
+  pv(my_tiles - 1);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::keep(o);
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -165,8 +206,9 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_forward_kernel(const Forwar
 // dS^T = P^T (dP^T - Dvec) in registers; dV += P^T dO and dK += dS^T Q with P^T and dS^T as register A operands and
 // dO, Q read MN-major, accumulating in registers over the whole walk. dS^T goes to shared memory ([key][query]) for
 // dQ = dS K over the CTA's 128 keys (dS read MN-major as A, K MN-major as B), each warpgroup taking half of D's
-// columns, added into the float32 dQ buffer with 16-byte atomics. Q, dO, lse and Dvec are double-buffered with
-// cp.async.
+// columns, added into the float32 dQ buffer with 16-byte atomics while the next step's first products run (the copy
+// engine's bulk reductions of each row through shared memory were slower: docs/benchmarks.md). Q, dO, lse and Dvec
+// are double-buffered with cp.async.
 constexpr int kKeyRows = 128;   // keys a backward CTA
 constexpr int kQueryRows = 64;  // query rows a backward tile
 
@@ -195,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
   const int g = lane >> 2, tig = lane & 3;
   const int k0 = k_tile * kKeyRows;
   const int key_first = k0 + 64 * wg;  // this warpgroup's keys
-  const int kr = 16 * (warp & 3) + g;  // this thread's key rows kr, kr + 8 within them
+  const int kr = 16 * (warp & 3) + g;  // this thread's key rows kr, kr + 8 within them (and query rows of dQ)
   const int64_t row0 = static_cast<int64_t>(b) * a.T;
   const int q_tiles = (a.T + kQueryRows - 1) / kQueryRows;
   const int first_q_tile = k0 / kQueryRows;  // the query tile holding the first key's diagonal
@@ -226,9 +268,18 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
   for (int n = 0; n < D / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
-  const uint32_t k_addr = smem_addr(sk), v_addr = smem_addr(sv), ds_addr = smem_addr(sds);
-  const uint32_t k_rows_addr = k_addr + wg * 64 * 128, v_rows_addr = v_addr + wg * 64 * 128;
-  const uint32_t k_cols_addr = k_addr + (wg * kHalf / 64) * kKeyRows * 128 + (wg * kHalf % 64) * 2;
+  // Descriptors: this warpgroup's 64 rows of K and V (K-major A), K's columns of its dQ half (MN-major B, which
+  // starts in K's panel wg kHalf / 64, (wg kHalf) % 64 columns in), dS^T (MN-major A).
+  const uint32_t k_addr = smem_addr(sk);
+  const uint64_t k_rows = wgmma::descriptor(k_addr + wg * 64 * 128);
+  const uint64_t v_rows = wgmma::descriptor(smem_addr(sv) + wg * 64 * 128);
+  const uint64_t k_cols =
+      wgmma::descriptor(k_addr + (wg * kHalf / 64) * kKeyRows * 128 + (wg * kHalf % 64) * 2, kKeyRows * 128);
+  const uint64_t ds_desc = wgmma::descriptor(smem_addr(sds), kKeyRows * kQueryRows * 2);
+  // dQ[64 x kHalf] of the last step, and where it goes: it is added during the next step's first products.
+  float dq[kHalf / 8][4], dq_out[kHalf / 8][4];
+  float* dq_row = a.dq;
+  bool dq_ok_g = false, dq_ok_g8 = false;
 
   for (int i = 0; i < steps; ++i) {
     cp_async_wait<0>();
@@ -240,98 +291,103 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
     }
     const int stage = i & 1;
     const uint32_t q_addr = smem_addr(sq + stage * kQueryRows * D), do_addr = smem_addr(sdo + stage * kQueryRows * D);
+    const uint64_t q_k = wgmma::descriptor(q_addr), do_k = wgmma::descriptor(do_addr);
+    const uint64_t q_mn = wgmma::descriptor(q_addr, kQueryRows * 128),
+                   do_mn = wgmma::descriptor(do_addr, kQueryRows * 128);
     const float* slse_i = slse + stage * kQueryRows;
     const float* sdvec_i = sdvec + stage * kQueryRows;
     const int h = kvh * a.group + i / per_head;
     const int q0 = (first_q_tile + i % per_head) * kQueryRows;
 
-    // A warpgroup whose keys all follow the tile's last query has P = 0: it only writes its zero dS^T rows.
-    if (key_first <= q0 + kQueryRows - 1) {
-      float s[8][4], dp[8][4];
-      wgmma::fence();
+    // Every warpgroup runs every step, also one whose keys all follow the tile's queries (the first step of a head
+    // for the second warpgroup): its P^T is masked to 0 and so are its dS^T rows. Skipping it would put the
+    // products on a divergent path, where the compiler serialises them.
+    // S^T = K Q^T and dP^T = V dO^T: panel kk / 4 of each operand, 32 bytes a step of 16 within a panel.
+    float s[8][4], dp[8][4];
+    wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t off = (kk & 3) * 32;
-        wgmma::mma_ss(s, wgmma::descriptor(k_rows_addr + (kk >> 2) * kKeyRows * 128 + off),
-                      wgmma::descriptor(q_addr + (kk >> 2) * kQueryRows * 128 + off), kk > 0);
-      }
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t off = (kk & 3) * 32;
-        wgmma::mma_ss(dp, wgmma::descriptor(v_rows_addr + (kk >> 2) * kKeyRows * 128 + off),
-                      wgmma::descriptor(do_addr + (kk >> 2) * kQueryRows * 128 + off), kk > 0);
-      }
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::keep(s);
-      wgmma::keep(dp);
-
-      // P^T = exp2(S^T scale_log2 - lse log2 e), 0 where key > query; dS^T = P^T (dP^T - Dvec).
-      const bool masking = key_first + 63 > q0;
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qc = n * 8 + 2 * tig + (e & 1);  // query column within the tile
-          float p = exp2f(fmaf(s[n][e], a.scale_log2, -slse_i[qc] * kLog2e));
-          if (masking && key_first + kr + (e >> 1) * 8 > q0 + qc) p = 0.f;
-          s[n][e] = p;
-          dp[n][e] = p * (dp[n][e] - sdvec_i[qc]);
-        }
-      uint32_t pa[4][4], dsa[4][4];
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        c_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
-        c_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
-      }
-      // dV += P^T dO and dK += dS^T Q over the tile's 64 queries (16 a step, rows 2048 bytes apart).
-      wgmma::keep(dv);
-      wgmma::keep(dk);
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wgmma::mma_rs<wgmma::Major::MN>(dv, pa[kk], wgmma::descriptor(do_addr + kk * 16 * 128, kQueryRows * 128), 1);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wgmma::mma_rs<wgmma::Major::MN>(dk, dsa[kk], wgmma::descriptor(q_addr + kk * 16 * 128, kQueryRows * 128), 1);
-      wgmma::commit();
-      // dS^T rows kr (+ 8) of this warpgroup, query columns 16 kk + 2 tig (+ 8): the A fragment's own layout.
-      bf16* rows = sds + 64 * wg * kQueryRows;
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr, 16 * kk + 2 * tig)) = dsa[kk][0];
-        *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr + 8, 16 * kk + 2 * tig)) = dsa[kk][1];
-        *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr, 16 * kk + 8 + 2 * tig)) = dsa[kk][2];
-        *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr + 8, 16 * kk + 8 + 2 * tig)) =
-            dsa[kk][3];
-      }
-      wgmma::wait<0>();
-      wgmma::keep(dv);
-      wgmma::keep(dk);
-    } else {
-      bf16* rows = sds + 64 * wg * kQueryRows;
-      for (int x = threadIdx.x & 127; x < 64 * kQueryRows / 8; x += 128)
-        *reinterpret_cast<uint4*>(rows + x * 8) = make_uint4(0, 0, 0, 0);
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off = (kk & 3) * 32;
+      wgmma::mma_ss(s, wgmma::advance(k_rows, (kk >> 2) * kKeyRows * 128 + off),
+                    wgmma::advance(q_k, (kk >> 2) * kQueryRows * 128 + off), kk > 0);
     }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off = (kk & 3) * 32;
+      wgmma::mma_ss(dp, wgmma::advance(v_rows, (kk >> 2) * kKeyRows * 128 + off),
+                    wgmma::advance(do_k, (kk >> 2) * kQueryRows * 128 + off), kk > 0);
+    }
+    wgmma::commit();
+    // The previous step's dQ goes out while these products run.
+    add_dq<kHalf>(dq_out, dq_row, dq_row + 8 * a.H * D, tig, i > 0 && dq_ok_g, i > 0 && dq_ok_g8);
+    wgmma::wait<0>();
+    wgmma::keep(s);
+    wgmma::keep(dp);
+
+    // P^T = exp2(S^T scale_log2 - lse log2 e), 0 where key > query; dS^T = P^T (dP^T - Dvec).
+    const bool masking = key_first + 63 > q0;  // a warp-uniform branch with no products inside
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qc = n * 8 + 2 * tig + (e & 1);  // query column within the tile
+        float p = exp2f(fmaf(s[n][e], a.scale_log2, -slse_i[qc] * kLog2e));
+        if (masking && key_first + kr + (e >> 1) * 8 > q0 + qc) p = 0.f;
+        s[n][e] = p;
+        dp[n][e] = p * (dp[n][e] - sdvec_i[qc]);
+      }
+    uint32_t pa[4][4], dsa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      c_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
+      c_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
+    }
+    // dV += P^T dO and dK += dS^T Q over the tile's 64 queries (16 a step, rows 2048 bytes apart).
+    wgmma::keep(dv);
+    wgmma::keep(dk);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma::mma_rs<wgmma::Major::MN>(dv, pa[kk], wgmma::advance(do_mn, kk * 2048), 1);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma::mma_rs<wgmma::Major::MN>(dk, dsa[kk], wgmma::advance(q_mn, kk * 2048), 1);
+    wgmma::commit();
+    // dS^T rows kr (+ 8) of this warpgroup, query columns 16 kk + 2 tig (+ 8): the A fragment's own layout.
+    bf16* rows = sds + 64 * wg * kQueryRows;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr, 16 * kk + 2 * tig)) = dsa[kk][0];
+      *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr + 8, 16 * kk + 2 * tig)) = dsa[kk][1];
+      *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr, 16 * kk + 8 + 2 * tig)) = dsa[kk][2];
+      *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr + 8, 16 * kk + 8 + 2 * tig)) = dsa[kk][3];
+    }
+    wgmma::wait<0>();
+    wgmma::keep(dv);
+    wgmma::keep(dk);
     wgmma::fence_async_shared();
     __syncthreads();  // dS^T is whole
 
-    // dQ[64 x kHalf] = dS K over the 128 keys: this warpgroup's half of the columns, which starts in K's panel
-    // wg kHalf / 64, (wg kHalf) % 64 columns in.
-    float dq[kHalf / 8][4];
+    // dQ[64 x kHalf] = dS K over the 128 keys: this warpgroup's half of the columns.
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kKeyRows / 16; ++kk)
-      wgmma::mma_ss<wgmma::Major::MN, wgmma::Major::MN>(
-          dq, wgmma::descriptor(ds_addr + kk * 16 * 128, kKeyRows * kQueryRows * 2),
-          wgmma::descriptor(k_cols_addr + kk * 16 * 128, kKeyRows * 128), kk > 0);
+      wgmma::mma_ss<wgmma::Major::MN, wgmma::Major::MN>(dq, wgmma::advance(ds_desc, kk * 2048),
+                                                        wgmma::advance(k_cols, kk * 2048), kk > 0);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::keep(dq);
-    const int t = q0 + 16 * (warp & 3) + g;
-    float* row_g = a.dq + ((row0 + t) * a.H + h) * D + wg * kHalf;
-    add_dq<kHalf>(dq, row_g, row_g + 8 * a.H * D, tig, t < a.T, t + 8 < a.T);
+    // Copied out of the product's registers (an add of +0, which ptxas keeps where it drops a plain move): read
+    // across the loop's back edge, those would make the compiler wait for every product in flight before the next
+    // step's atomics, the very products they are meant to run beside.
+#pragma unroll
+    for (int n = 0; n < kHalf / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) asm volatile("add.f32 %0, %1, 0f00000000;\n" : "=f"(dq_out[n][e]) : "f"(dq[n][e]));
+    const int t = q0 + kr;
+    dq_row = a.dq + ((row0 + t) * a.H + h) * D + wg * kHalf;
+    dq_ok_g = t < a.T;
+    dq_ok_g8 = t + 8 < a.T;
   }
+  add_dq<kHalf>(dq_out, dq_row, dq_row + 8 * a.H * D, tig, steps > 0 && dq_ok_g, steps > 0 && dq_ok_g8);
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -369,7 +425,7 @@ bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
   constexpr int kKeys = 128;
   const dim3 grid(static_cast<unsigned>((a.T + kRows - 1) / kRows), static_cast<unsigned>(a.H),
                   static_cast<unsigned>(B));
-  const int smem_bytes = (kRows + 4 * kKeys) * D * 2 + 1024;
+  const int smem_bytes = (kRows + 5 * kKeys) * D * 2 + 1024;  // Q, 2 stages of K, 3 of V; the slack to align
   auto launch = [&](auto kernel) {
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     kernel<<<grid, kThreads, smem_bytes, stream>>>(a);

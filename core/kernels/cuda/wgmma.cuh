@@ -32,11 +32,17 @@ enum class Major { K, MN };
 // Descriptor of a 128-byte-swizzled operand starting at shared address `addr` (see above for the offsets).
 __device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t panel_bytes = 0) {
   uint64_t d = 0;
-  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);              // bits 0-13: start address / 16
+  d |= static_cast<uint64_t>(addr >> 4);                          // bits 0-13: start address / 16 (< 256 KiB)
   d |= static_cast<uint64_t>((panel_bytes >> 4) & 0x3FFF) << 16;  // bits 16-29: leading byte offset / 16
   d |= static_cast<uint64_t>(1024 >> 4) << 32;                    // bits 32-45: stride byte offset / 16
   d |= static_cast<uint64_t>(1) << 62;                            // bits 62-63: 1 = 128-byte swizzle
   return d;
+}
+
+// The descriptor of the operand `bytes` further on (a multiple of 16 that keeps the start below 256 KiB, so the
+// start address field does not carry): one add instead of building it again.
+__device__ __forceinline__ uint64_t advance(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
 }
 
 // Element offset of (row, col) in a tile of `rows` rows kept as 128-byte-swizzled panels of 64 columns.
@@ -59,6 +65,7 @@ __device__ __forceinline__ void wait() {
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+
 template <int kN>
 __device__ __forceinline__ void keep(float (&d)[kN][4]) {
 #pragma unroll

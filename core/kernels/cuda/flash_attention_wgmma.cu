@@ -6,13 +6,17 @@
 // log-sum-exp as the mma.sync kernel in flash_attention.cu, which stays for other GPUs.
 //
 // Forward: one CTA of two warpgroups takes 128 query rows of one head, 64 a warpgroup, and walks the key tiles
-// (kKeys keys) up to the diagonal with the online softmax. Per tile and warpgroup: S[64 x kKeys] = Q K^T as D / 16
+// (kKeys keys: 128, or 64 at head size 64, where two CTAs then share a multiprocessor) up to the diagonal with the
+// online softmax. Per tile and warpgroup: S[64 x kKeys] = Q K^T as D / 16
 // products with both operands in shared memory; the running max and sum in registers; O[64 x D] += P V with P taken
 // straight from S's registers as the A operand and V read MN-major from shared memory (the transpose bit), so P
 // never touches shared memory. The products of P V trail by one tile: tile j issues S_j and then P_{j-1} V_{j-1},
 // and turns S_j into P_j while the tensor cores run the second. Q, K and V sit in shared memory as
 // 128-byte-swizzled panels (wgmma.cuh); K has two stages and V three (V_{j-1} is read while V_{j+1} loads), filled
 // with cp.async one tile ahead.
+#include <cstdlib>
+#include <string_view>
+
 #include "core/kernels/cuda/flash_attention_parts.cuh"
 #include "core/kernels/cuda/ptx.cuh"
 #include "core/kernels/cuda/wgmma.cuh"
@@ -41,8 +45,9 @@ __device__ __forceinline__ void load_swizzled(bf16* tile, const bf16* src, int64
   }
 }
 
-template <int D, int kKeys>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_forward_kernel(const ForwardArgs a) {
+// kBlocks CTAs a multiprocessor: 2 for the 64-key tiles at head size 64, whose accumulators fit in 128 registers.
+template <int D, int kKeys, int kBlocks>
+__global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const ForwardArgs a) {
 #if defined(RETORT_WGMMA_AVAILABLE)
   extern __shared__ unsigned char smem_raw[];
   // Swizzled operands start on 1024 bytes (the launch asks for the slack).
@@ -422,19 +427,23 @@ bool hopper() {
 bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
 #if defined(RETORT_CUDA_SM90A)
   if (!hopper()) return false;
-  constexpr int kKeys = 128;
   const dim3 grid(static_cast<unsigned>((a.T + kRows - 1) / kRows), static_cast<unsigned>(a.H),
                   static_cast<unsigned>(B));
-  const int smem_bytes = (kRows + 5 * kKeys) * D * 2 + 1024;  // Q, 2 stages of K, 3 of V; the slack to align
-  auto launch = [&](auto kernel) {
+  auto launch = [&](auto kernel, int keys) {
+    const int smem_bytes = (kRows + 5 * keys) * D * 2 + 1024;  // Q, 2 stages of K, 3 of V; the slack to align
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     kernel<<<grid, kThreads, smem_bytes, stream>>>(a);
     RETORT_CUDA_CHECK_LAUNCH();
   };
-  if (D == 64) {
-    launch(wgmma_forward_kernel<64, kKeys>);
+  // Keys a tile: 128 at head size 128; at 64, 64-key tiles with two CTAs a multiprocessor unless
+  // RETORT_FLASH_FORWARD_KEYS=128 asks for the 128-key tiles (one CTA), to measure them against each other.
+  const char* keys_choice = std::getenv("RETORT_FLASH_FORWARD_KEYS");
+  if (D == 128) {
+    launch(wgmma_forward_kernel<128, 128, 1>, 128);
+  } else if (keys_choice != nullptr && std::string_view(keys_choice) == "128") {
+    launch(wgmma_forward_kernel<64, 128, 1>, 128);
   } else {
-    launch(wgmma_forward_kernel<128, kKeys>);
+    launch(wgmma_forward_kernel<64, 64, 2>, 64);
   }
   return true;
 #else

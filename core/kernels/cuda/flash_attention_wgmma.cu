@@ -29,11 +29,12 @@ constexpr int kRows = 128;  // query rows a CTA
 constexpr int kThreads = 256;
 
 // Rows [0, kTileRows) of a [.., stride] bf16 matrix starting at src into a swizzled tile of D columns; rows >= valid
-// are zeros. A thread copies the same 16-byte chunk of every kThreads / (D / 8)-th row, a multiple of 8 rows apart,
-// so its swizzled offset is one base plus whole rows: the address math is done once, not per copy.
-template <int D, int kTileRows>
+// are zeros, by kThreadsT threads. A thread copies the same 16-byte chunk of every kThreadsT / (D / 8)-th row, a
+// multiple of 8 rows apart, so its swizzled offset is one base plus whole rows: the address math is done once, not per
+// copy.
+template <int D, int kTileRows, int kThreadsT = kThreads>
 __device__ __forceinline__ void load_swizzled(bf16* tile, const bf16* src, int64_t stride, int valid) {
-  constexpr int kChunks = D / 8, kRowStep = kThreads / kChunks;
+  constexpr int kChunks = D / 8, kRowStep = kThreadsT / kChunks;
   static_assert(kRowStep % 8 == 0 && kTileRows % kRowStep == 0);
   const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
   const uint32_t dst = smem_addr(tile + wgmma::swizzled_offset(kTileRows, r0, c * 8));
@@ -205,28 +206,31 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
 }
 
 // Backward (the recomputation of FlashAttention-2, as the mma.sync kernel in flash_attention.cu) on warpgroup
-// products. One CTA of two warpgroups holds 128 keys of one key/value head, 64 a warpgroup, and walks every 64-row
+// products. One CTA of kGroups warpgroups holds 64 kGroups keys of one key/value head, 64 a warpgroup (two; or one
+// at head size 64, where three CTAs then share a multiprocessor and no barrier ties warpgroups together), and walks
+// every 64-row
 // query tile at or below the diagonal of every query head of its group. Per tile, each warpgroup for its 64 keys:
 // S^T = K Q^T and dP^T = V dO^T (both operands in shared memory, K-major); P^T = exp2(S^T scale - lse) masked,
 // dS^T = P^T (dP^T - Dvec) in registers; dV += P^T dO and dK += dS^T Q with P^T and dS^T as register A operands and
 // dO, Q read MN-major, accumulating in registers over the whole walk. dS^T goes to shared memory ([key][query]) for
-// dQ = dS K over the CTA's 128 keys (dS read MN-major as A, K MN-major as B), each warpgroup taking half of D's
+// dQ = dS K over the CTA's keys (dS read MN-major as A, K MN-major as B), each warpgroup taking D / kGroups of the
 // columns, added into the float32 dQ buffer with 16-byte atomics while the next step's first products run (the copy
 // engine's bulk reductions of each row through shared memory were slower: docs/benchmarks.md). Q, dO, lse and Dvec
 // are double-buffered with cp.async.
-constexpr int kKeyRows = 128;   // keys a backward CTA
 constexpr int kQueryRows = 64;  // query rows a backward tile
 
 // kQueryRows floats of a row vector (lse or Dvec) from src; entries >= valid are zeros.
 __device__ __forceinline__ void load_vector(float* dst, const float* src, int valid) {
-  for (int i = threadIdx.x; i < kQueryRows; i += kThreads)
+  for (int i = threadIdx.x; i < kQueryRows; i += blockDim.x)
     cp_async4(smem_addr(dst + i), src + (i < valid ? i : 0), i < valid);
 }
 
-template <int D>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const BackwardArgs a) {
+template <int D, int kGroups>
+__global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_backward_kernel(const BackwardArgs a) {
 #if defined(RETORT_WGMMA_AVAILABLE)
-  constexpr int kHalf = D / 2;  // dQ columns a warpgroup
+  constexpr int kKeyRows = 64 * kGroups;  // keys a CTA
+  constexpr int kThreadsT = 128 * kGroups;
+  constexpr int kHalf = D / kGroups;  // dQ columns a warpgroup
   extern __shared__ unsigned char smem_raw[];
   bf16* sk = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   bf16* sv = sk + kKeyRows * D;
@@ -254,17 +258,17 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
     const int h = kvh * a.group + i / per_head;
     const int q0 = (first_q_tile + i % per_head) * kQueryRows;
     const int stage = i & 1;
-    load_swizzled<D, kQueryRows>(sq + stage * kQueryRows * D, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride,
-                                 a.T - q0);
-    load_swizzled<D, kQueryRows>(sdo + stage * kQueryRows * D, a.dout + (row0 + q0) * a.dout_stride + h * D,
-                                 a.dout_stride, a.T - q0);
+    load_swizzled<D, kQueryRows, kThreadsT>(sq + stage * kQueryRows * D, a.q + (row0 + q0) * a.q_stride + h * D,
+                                            a.q_stride, a.T - q0);
+    load_swizzled<D, kQueryRows, kThreadsT>(sdo + stage * kQueryRows * D, a.dout + (row0 + q0) * a.dout_stride + h * D,
+                                            a.dout_stride, a.T - q0);
     const int64_t vec0 = (static_cast<int64_t>(b) * a.H + h) * a.T + q0;
     load_vector(slse + stage * kQueryRows, a.lse + vec0, a.T - q0);
     load_vector(sdvec + stage * kQueryRows, a.dvec + vec0, a.T - q0);
   };
 
-  load_swizzled<D, kKeyRows>(sk, a.k + (row0 + k0) * a.k_stride + kvh * D, a.k_stride, a.T - k0);
-  load_swizzled<D, kKeyRows>(sv, a.v + (row0 + k0) * a.v_stride + kvh * D, a.v_stride, a.T - k0);
+  load_swizzled<D, kKeyRows, kThreadsT>(sk, a.k + (row0 + k0) * a.k_stride + kvh * D, a.k_stride, a.T - k0);
+  load_swizzled<D, kKeyRows, kThreadsT>(sv, a.v + (row0 + k0) * a.v_stride + kvh * D, a.v_stride, a.T - k0);
   load_step(0);
   cp_async_commit();
 
@@ -371,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
     wgmma::fence_async_shared();
     __syncthreads();  // dS^T is whole
 
-    // dQ[64 x kHalf] = dS K over the 128 keys: this warpgroup's half of the columns.
+    // dQ[64 x kHalf] = dS K over the CTA's keys: this warpgroup's share of the columns.
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kKeyRows / 16; ++kk)
@@ -455,20 +459,26 @@ bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
 bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t stream) {
 #if defined(RETORT_CUDA_SM90A)
   if (!hopper()) return false;
-  const dim3 grid(static_cast<unsigned>((a.T + kKeyRows - 1) / kKeyRows), static_cast<unsigned>(KV),
-                  static_cast<unsigned>(B));
-  // K, V, two stages of Q and dO, dS^T, two stages of lse and Dvec, and the slack to align on 1024.
-  const int smem_bytes =
-      (2 * kKeyRows + 4 * kQueryRows) * D * 2 + kKeyRows * kQueryRows * 2 + 4 * kQueryRows * 4 + 1024;
-  auto launch = [&](auto kernel) {
+  auto launch = [&](auto kernel, int groups) {
+    const int keys = 64 * groups;
+    const dim3 grid(static_cast<unsigned>((a.T + keys - 1) / keys), static_cast<unsigned>(KV),
+                    static_cast<unsigned>(B));
+    // K, V, two stages of Q and dO, dS^T, two stages of lse and Dvec, and the slack to align on 1024.
+    const int smem_bytes = (2 * keys + 4 * kQueryRows) * D * 2 + keys * kQueryRows * 2 + 4 * kQueryRows * 4 + 1024;
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    kernel<<<grid, kThreads, smem_bytes, stream>>>(a);
+    kernel<<<grid, 128 * groups, smem_bytes, stream>>>(a);
     RETORT_CUDA_CHECK_LAUNCH();
   };
-  if (D == 64) {
-    launch(wgmma_backward_kernel<64>);
+  // Keys a CTA: 128 (two warpgroups). RETORT_FLASH_BACKWARD_KEYS=64 asks for one warpgroup a CTA at head size 64
+  // (three CTAs a multiprocessor, no barrier between warpgroups, twice the dQ atomics), to measure them against each
+  // other: within 3% either way on an H200 (docs/benchmarks.md).
+  const char* keys_choice = std::getenv("RETORT_FLASH_BACKWARD_KEYS");
+  if (D == 128) {
+    launch(wgmma_backward_kernel<128, 2>, 2);
+  } else if (keys_choice != nullptr && std::string_view(keys_choice) == "64") {
+    launch(wgmma_backward_kernel<64, 1>, 1);
   } else {
-    launch(wgmma_backward_kernel<128>);
+    launch(wgmma_backward_kernel<64, 2>, 2);
   }
   return true;
 #else

@@ -65,12 +65,6 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, int64_t s
   }
 }
 
-// kTile floats of a row vector (lse or Dvec) from src; entries >= valid are zeros.
-__device__ __forceinline__ void load_vector(float* dst, const float* src, int valid) {
-  for (int i = threadIdx.x; i < kTile; i += blockDim.x)
-    cp_async4(smem_addr(dst + i), src + (i < valid ? i : 0), i < valid);
-}
-
 // ldmatrix addresses. Lane l feeds row l % 8 of matrix l / 8.
 // A operand (16x16 at rows r0, cols c0 of a row-major tile): matrices (r0, c0) (r0 + 8, c0) (r0, c0 + 8)
 // (r0 + 8, c0 + 8) are a0 .. a3.
@@ -315,23 +309,14 @@ __global__ void __launch_bounds__(32 * kKeyWarps) flash_backward_kernel(const Ba
   const int g = lane >> 2, tig = lane & 3;
   const int k0 = k_tile * kKeys;
   const int64_t row0 = static_cast<int64_t>(b) * a.T;
-  const int q_tiles = (a.T + kTile - 1) / kTile;
-  const int first_q_tile = k0 / kTile;  // the query tile holding the first key's diagonal
-  const int per_head = q_tiles - first_q_tile;
-  const int steps = a.group * per_head;
+  const BackwardWalk walk(a, kvh, k0, kTile);
+  const int steps = walk.steps;
 
-  // Step i: query head kvh * group + i / per_head, query tile first_q_tile + i % per_head.
   auto load_step = [&](int i) {
-    const int h = kvh * a.group + i / per_head;
-    const int q0 = (first_q_tile + i % per_head) * kTile;
-    const int stage = i & 1;
-    load_tile<D, kTile, kThreadsT>(sq + stage * kTile * D, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride,
-                                   a.T - q0);
-    load_tile<D, kTile, kThreadsT>(sdo + stage * kTile * D, a.dout + (row0 + q0) * a.dout_stride + h * D, a.dout_stride,
-                                   a.T - q0);
-    const int64_t vec0 = (static_cast<int64_t>(b) * a.H + h) * a.T + q0;
-    load_vector(slse + stage * kTile, a.lse + vec0, a.T - q0);
-    load_vector(sdvec + stage * kTile, a.dvec + vec0, a.T - q0);
+    load_backward_step<D, kTile>(a, walk, i, b, row0, sq, sdo, slse, sdvec,
+                                 [](bf16* tile, const bf16* src, int64_t stride, int valid) {
+                                   load_tile<D, kTile, kThreadsT>(tile, src, stride, valid);
+                                 });
   };
 
   load_tile<D, kKeys, kThreadsT>(sk, a.k + (row0 + k0) * a.k_stride + kvh * D, a.k_stride, a.T - k0);
@@ -356,8 +341,8 @@ __global__ void __launch_bounds__(32 * kKeyWarps) flash_backward_kernel(const Ba
     const bf16* sdo_i = sdo + stage * kTile * D;
     const float* slse_i = slse + stage * kTile;
     const float* sdvec_i = sdvec + stage * kTile;
-    const int h = kvh * a.group + i / per_head;
-    const int q0 = (first_q_tile + i % per_head) * kTile;
+    const int h = walk.head(i);
+    const int q0 = walk.first_query(i, kTile);
 
     // A warp whose keys all follow the tile's last query has P = 0: it only writes its zero dS block.
     const bool live = k0 + kw <= q0 + kTile - 1;
@@ -454,18 +439,7 @@ __global__ void __launch_bounds__(32 * kKeyWarps) flash_backward_kernel(const Ba
     __syncthreads();  // sds and the stage read here are overwritten next
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int t = k0 + kw + g + r * 8;
-    if (t >= a.T) continue;
-    bf16* dk_dst = a.dk + (row0 + t) * a.dk_stride + kvh * D + 2 * tig;
-    bf16* dv_dst = a.dv + (row0 + t) * a.dv_stride + kvh * D + 2 * tig;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(dk_dst + n * 8) = pack_bf16(dk[n][2 * r] * a.scale, dk[n][2 * r + 1] * a.scale);
-      *reinterpret_cast<uint32_t*>(dv_dst + n * 8) = pack_bf16(dv[n][2 * r], dv[n][2 * r + 1]);
-    }
-  }
+  store_dk_dv<D>(a, dk, dv, row0, k0 + kw + g, kvh, tig);
 }
 
 // dq[b, t, h * D + d] = scale * acc[b, t, h, d], in the gradient's row stride: 8 elements a thread.

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/kernels/cuda/ptx.cuh"
+
 namespace retort::kernels::cuda::flash {
 
 using bf16 = __nv_bfloat16;
@@ -67,6 +69,57 @@ __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&lo)[4], c
   a[1] = pack_bf16(lo[2], lo[3]);
   a[2] = pack_bf16(hi[0], hi[1]);
   a[3] = pack_bf16(hi[2], hi[3]);
+}
+
+// The backward's walk for a CTA holding the keys from k0 of key/value head kvh: step i takes query head
+// kvh * group + i / per_head and its 64-row query tile first_q_tile + i % per_head, from the tile holding the first
+// key's diagonal to the last (the tiles above the diagonal have P = 0).
+struct BackwardWalk {
+  int first_q_tile, per_head, steps, first_head;
+  __device__ BackwardWalk(const BackwardArgs& a, int kvh, int k0, int q_rows)
+      : first_q_tile(k0 / q_rows),
+        per_head((a.T + q_rows - 1) / q_rows - k0 / q_rows),
+        steps(a.group * ((a.T + q_rows - 1) / q_rows - k0 / q_rows)),
+        first_head(kvh * a.group) {}
+  __device__ int head(int i) const { return first_head + i / per_head; }
+  __device__ int first_query(int i, int q_rows) const { return (first_q_tile + i % per_head) * q_rows; }
+};
+
+// The copies of the backward's step i into stage `stage` (cp.async, not committed): the step's kQueryRows rows of Q
+// and dO through `load_rows(tile, src, stride, valid_rows)`, the kernel's own swizzled layout, and its rows of lse
+// and Dvec. Rows past T load as zeros.
+template <int D, int kQueryRows, class LoadRows>
+__device__ __forceinline__ void load_backward_step(const BackwardArgs& a, const BackwardWalk& walk, int i, int b,
+                                                   int64_t row0, bf16* sq, bf16* sdo, float* slse, float* sdvec,
+                                                   LoadRows load_rows) {
+  const int h = walk.head(i), q0 = walk.first_query(i, kQueryRows), stage = i & 1;
+  load_rows(sq + stage * kQueryRows * D, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride, a.T - q0);
+  load_rows(sdo + stage * kQueryRows * D, a.dout + (row0 + q0) * a.dout_stride + h * D, a.dout_stride, a.T - q0);
+  const int64_t vec0 = (static_cast<int64_t>(b) * a.H + h) * a.T + q0;
+  const int valid = a.T - q0;
+  for (int r = threadIdx.x; r < kQueryRows; r += blockDim.x) {
+    const bool ok = r < valid;
+    ptx::cp_async4(ptx::smem_addr(slse + stage * kQueryRows + r), a.lse + vec0 + (ok ? r : 0), ok);
+    ptx::cp_async4(ptx::smem_addr(sdvec + stage * kQueryRows + r), a.dvec + vec0 + (ok ? r : 0), ok);
+  }
+}
+
+// Writes this thread's two key rows (t and t + 8) of dK (times the softmax scale) and dV, C fragments of D columns,
+// in the gradients' dtype and row strides; rows past T are left out.
+template <int D>
+__device__ __forceinline__ void store_dk_dv(const BackwardArgs& a, const float (&dk)[D / 8][4],
+                                            const float (&dv)[D / 8][4], int64_t row0, int t, int kvh, int tig) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (t + r * 8 >= a.T) continue;
+    bf16* dk_dst = a.dk + (row0 + t + r * 8) * a.dk_stride + kvh * D + 2 * tig;
+    bf16* dv_dst = a.dv + (row0 + t + r * 8) * a.dv_stride + kvh * D + 2 * tig;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(dk_dst + n * 8) = pack_bf16(dk[n][2 * r] * a.scale, dk[n][2 * r + 1] * a.scale);
+      *reinterpret_cast<uint32_t*>(dv_dst + n * 8) = pack_bf16(dv[n][2 * r], dv[n][2 * r + 1]);
+    }
+  }
 }
 
 // Max and sum over the 4 lanes of a quad: the lanes holding one row of an mma fragment.

@@ -219,12 +219,6 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
 // are double-buffered with cp.async.
 constexpr int kQueryRows = 64;  // query rows a backward tile
 
-// kQueryRows floats of a row vector (lse or Dvec) from src; entries >= valid are zeros.
-__device__ __forceinline__ void load_vector(float* dst, const float* src, int valid) {
-  for (int i = threadIdx.x; i < kQueryRows; i += blockDim.x)
-    cp_async4(smem_addr(dst + i), src + (i < valid ? i : 0), i < valid);
-}
-
 template <int D, int kGroups>
 __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_backward_kernel(const BackwardArgs a) {
 #if defined(RETORT_WGMMA_AVAILABLE)
@@ -248,23 +242,14 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
   const int key_first = k0 + 64 * wg;  // this warpgroup's keys
   const int kr = 16 * (warp & 3) + g;  // this thread's key rows kr, kr + 8 within them (and query rows of dQ)
   const int64_t row0 = static_cast<int64_t>(b) * a.T;
-  const int q_tiles = (a.T + kQueryRows - 1) / kQueryRows;
-  const int first_q_tile = k0 / kQueryRows;  // the query tile holding the first key's diagonal
-  const int per_head = q_tiles - first_q_tile;
-  const int steps = a.group * per_head;
+  const BackwardWalk walk(a, kvh, k0, kQueryRows);
+  const int steps = walk.steps;
 
-  // Step i: query head kvh * group + i / per_head, query tile first_q_tile + i % per_head.
   auto load_step = [&](int i) {
-    const int h = kvh * a.group + i / per_head;
-    const int q0 = (first_q_tile + i % per_head) * kQueryRows;
-    const int stage = i & 1;
-    load_swizzled<D, kQueryRows, kThreadsT>(sq + stage * kQueryRows * D, a.q + (row0 + q0) * a.q_stride + h * D,
-                                            a.q_stride, a.T - q0);
-    load_swizzled<D, kQueryRows, kThreadsT>(sdo + stage * kQueryRows * D, a.dout + (row0 + q0) * a.dout_stride + h * D,
-                                            a.dout_stride, a.T - q0);
-    const int64_t vec0 = (static_cast<int64_t>(b) * a.H + h) * a.T + q0;
-    load_vector(slse + stage * kQueryRows, a.lse + vec0, a.T - q0);
-    load_vector(sdvec + stage * kQueryRows, a.dvec + vec0, a.T - q0);
+    load_backward_step<D, kQueryRows>(a, walk, i, b, row0, sq, sdo, slse, sdvec,
+                                      [](bf16* tile, const bf16* src, int64_t stride, int valid) {
+                                        load_swizzled<D, kQueryRows, kThreadsT>(tile, src, stride, valid);
+                                      });
   };
 
   load_swizzled<D, kKeyRows, kThreadsT>(sk, a.k + (row0 + k0) * a.k_stride + kvh * D, a.k_stride, a.T - k0);
@@ -305,8 +290,8 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
                    do_mn = wgmma::descriptor(do_addr, kQueryRows * 128);
     const float* slse_i = slse + stage * kQueryRows;
     const float* sdvec_i = sdvec + stage * kQueryRows;
-    const int h = kvh * a.group + i / per_head;
-    const int q0 = (first_q_tile + i % per_head) * kQueryRows;
+    const int h = walk.head(i);
+    const int q0 = walk.first_query(i, kQueryRows);
 
     // Every warpgroup runs every step, also one whose keys all follow the tile's queries (the first step of a head
     // for the second warpgroup): its P^T is masked to 0 and so are its dS^T rows. Skipping it would put the
@@ -398,18 +383,7 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
   }
   add_dq<kHalf>(dq_out, dq_row, dq_row + 8 * a.H * D, tig, steps > 0 && dq_ok_g, steps > 0 && dq_ok_g8);
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int t = key_first + kr + r * 8;
-    if (t >= a.T) continue;
-    bf16* dk_dst = a.dk + (row0 + t) * a.dk_stride + kvh * D + 2 * tig;
-    bf16* dv_dst = a.dv + (row0 + t) * a.dv_stride + kvh * D + 2 * tig;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(dk_dst + n * 8) = pack_bf16(dk[n][2 * r] * a.scale, dk[n][2 * r + 1] * a.scale);
-      *reinterpret_cast<uint32_t*>(dv_dst + n * 8) = pack_bf16(dv[n][2 * r], dv[n][2 * r + 1]);
-    }
-  }
+  store_dk_dv<D>(a, dk, dv, row0, key_first + kr, kvh, tig);
 #endif  // RETORT_WGMMA_AVAILABLE
 }
 

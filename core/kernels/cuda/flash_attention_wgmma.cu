@@ -32,6 +32,21 @@ constexpr int kThreads = 256;
 // are zeros, by kThreadsT threads. A thread copies the same 16-byte chunk of every kThreadsT / (D / 8)-th row, a
 // multiple of 8 rows apart, so its swizzled offset is one base plus whole rows: the address math is done once, not per
 // copy.
+// The first byte of dynamic shared memory at a multiple of 1024 bytes (the swizzled operands' alignment; the launch
+// asks for the slack). Offsetting the shared array itself, rather than rounding an integer, keeps the pointer known
+// to be shared, so the accesses through it compile to shared loads and stores, not generic ones.
+__device__ __forceinline__ unsigned char* aligned_1024(unsigned char* smem) {
+  return smem + ((1024 - (smem_addr(smem) & 1023)) & 1023);
+}
+
+// 2^x on the special-function unit, denormal results flushed to zero: one instruction, where exp2f adds a range
+// check and two rescalings to keep denormals. A softmax weight below 2^-126 is zero either way in bf16.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <int D, int kTileRows, int kThreadsT = kThreads>
 __device__ __forceinline__ void load_swizzled(bf16* tile, const bf16* src, int64_t stride, int valid) {
   constexpr int kChunks = D / 8, kRowStep = kThreadsT / kChunks;
@@ -52,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
 #if defined(RETORT_WGMMA_AVAILABLE)
   extern __shared__ unsigned char smem_raw[];
   // Swizzled operands start on 1024 bytes (the launch asks for the slack).
-  bf16* sq = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  bf16* sq = reinterpret_cast<bf16*>(aligned_1024(smem_raw));
   bf16* sk = sq + kRows * D;      // 2 stages
   bf16* sv = sk + 2 * kKeys * D;  // 3 stages: tile j - 1's is read while tile j + 1's loads
   // The longest rows (the last query tiles) start first, so the short ones fill the tail of the grid.
@@ -134,13 +149,13 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
       mx = fmaxf(m[r], quad_max(mx) * a.scale_log2);
-      correction[r] = exp2f(m[r] - mx);  // 0 on the first tile (m = -inf)
+      correction[r] = exp2_ftz(m[r] - mx);  // 0 on the first tile (m = -inf)
       m[r] = mx;
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n) {
-        s[n][2 * r] = exp2f(fmaf(s[n][2 * r], a.scale_log2, -mx));
-        s[n][2 * r + 1] = exp2f(fmaf(s[n][2 * r + 1], a.scale_log2, -mx));
+        s[n][2 * r] = exp2_ftz(fmaf(s[n][2 * r], a.scale_log2, -mx));
+        s[n][2 * r + 1] = exp2_ftz(fmaf(s[n][2 * r + 1], a.scale_log2, -mx));
         sum += s[n][2 * r] + s[n][2 * r + 1];
       }
       l[r] = l[r] * correction[r] + sum;
@@ -226,7 +241,7 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
   constexpr int kThreadsT = 128 * kGroups;
   constexpr int kHalf = D / kGroups;  // dQ columns a warpgroup
   extern __shared__ unsigned char smem_raw[];
-  bf16* sk = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  bf16* sk = reinterpret_cast<bf16*>(aligned_1024(smem_raw));
   bf16* sv = sk + kKeyRows * D;
   bf16* sq = sv + kKeyRows * D;                                         // 2 stages
   bf16* sdo = sq + 2 * kQueryRows * D;                                  // 2 stages
@@ -325,7 +340,7 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qc = n * 8 + 2 * tig + (e & 1);  // query column within the tile
-        float p = exp2f(fmaf(s[n][e], a.scale_log2, -slse_i[qc] * kLog2e));
+        float p = exp2_ftz(fmaf(s[n][e], a.scale_log2, -slse_i[qc] * kLog2e));
         if (masking && key_first + kr + (e >> 1) * 8 > q0 + qc) p = 0.f;
         s[n][e] = p;
         dp[n][e] = p * (dp[n][e] - sdvec_i[qc]);

@@ -141,16 +141,26 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
         for (int e = 0; e < 4; ++e)
           if (k0 + n * 8 + 2 * tig + (e & 1) > row + (e >> 1) * 8) s[n][e] = -INFINITY;
     }
-    // Base 2: m is the running max of the scaled scores. Every row sees a key <= it in each tile it visits (tiles
-    // and warpgroups are aligned), so the max is finite.
+    // Base 2: m is the reference the weights are taken against, the running max of the scaled scores or up to
+    // kSlack below it. It moves only when the max passes it by more than kSlack: until then the weights
+    // exp2(s - m) stay below 2^kSlack, far inside float32 and bf16, and O and l share the stale reference, so
+    // their ratio is the same; O's rescaling is skipped while no row of the warp moves (most tiles once the first
+    // ones have set the scale). Every row sees a key <= it in each tile it visits (tiles and warpgroups are
+    // aligned), so the max is finite.
+    constexpr float kSlack = 8.f;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-      mx = fmaxf(m[r], quad_max(mx) * a.scale_log2);
-      correction[r] = exp2_ftz(m[r] - mx);  // 0 on the first tile (m = -inf)
-      m[r] = mx;
+      mx = quad_max(mx) * a.scale_log2;
+      if (mx > m[r] + kSlack) {
+        correction[r] = exp2_ftz(m[r] - mx);  // 0 on the first tile (m = -inf)
+        m[r] = mx;
+      } else {
+        correction[r] = 1.f;
+        mx = m[r];
+      }
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n) {
@@ -188,12 +198,14 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
     softmax(j, correction);
     wgmma::wait<0>();  // P_{j-1} V_{j-1} is in O, and P_{j-1}'s registers are free
     wgmma::keep(o);
+    if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[n][0] *= correction[0];
-      o[n][1] *= correction[0];
-      o[n][2] *= correction[1];
-      o[n][3] *= correction[1];
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= correction[0];
+        o[n][1] *= correction[0];
+        o[n][2] *= correction[1];
+        o[n][3] *= correction[1];
+      }
     }
     to_operand();
   }

@@ -40,7 +40,7 @@ struct BackwardArgs {
 // branches, only a predicated atomic: the wgmma backward runs this while its products are in flight, which a
 // divergent branch would make the compiler wait for.
 template <int kCols>
-__device__ __forceinline__ void add_dq(float (&dq)[kCols / 8][4], float* row_g, float* row_g8, int tig, bool ok_g,
+__device__ __forceinline__ void add_dq(const float (&dq)[kCols / 8][4], float* row_g, float* row_g8, int tig, bool ok_g,
                                        bool ok_g8) {
   const bool even = (tig & 1) == 0;
   const int col = 4 * (tig >> 1);
@@ -53,6 +53,18 @@ __device__ __forceinline__ void add_dq(float (&dq)[kCols / 8][4], float* row_g, 
     const float v0 = even ? dq[n][0] : got0, v1 = even ? dq[n][1] : got1;
     const float v2 = even ? got0 : dq[n][2], v3 = even ? got1 : dq[n][3];
     if (ok) atomicAdd(reinterpret_cast<float4*>(row + n * 8 + col), make_float4(v0, v1, v2, v3));
+  }
+}
+
+// The same with 8-byte atomics, each lane adding its own pairs (rows g and g + 8): no shuffles or selects, twice the
+// atomics.
+template <int kCols>
+__device__ __forceinline__ void add_dq_pairs(const float (&dq)[kCols / 8][4], float* row_g, float* row_g8, int tig,
+                                             bool ok_g, bool ok_g8) {
+#pragma unroll
+  for (int n = 0; n < kCols / 8; ++n) {
+    if (ok_g) atomicAdd(reinterpret_cast<float2*>(row_g + n * 8 + 2 * tig), make_float2(dq[n][0], dq[n][1]));
+    if (ok_g8) atomicAdd(reinterpret_cast<float2*>(row_g8 + n * 8 + 2 * tig), make_float2(dq[n][2], dq[n][3]));
   }
 }
 

@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
 // dS^T = P^T (dP^T - Dvec) in registers; dV += P^T dO and dK += dS^T Q with P^T and dS^T as register A operands and
 // dO, Q read MN-major, accumulating in registers over the whole walk. dS^T goes to shared memory ([key][query]) for
 // dQ = dS K over the CTA's keys (dS read MN-major as A, K MN-major as B), each warpgroup taking D / kGroups of the
-// columns, added into the float32 dQ buffer with 16-byte atomics while the next step's first products run (the copy
+// columns, added into the float32 dQ buffer with atomics while the next step's first products run (the copy
 // engine's bulk reductions of each row through shared memory were slower: docs/benchmarks.md). Q, dO, lse and Dvec
 // are double-buffered with cp.async.
 constexpr int kQueryRows = 64;  // query rows a backward tile
@@ -301,6 +301,15 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
   float dq[kHalf / 8][4], dq_out[kHalf / 8][4];
   float* dq_row = a.dq;
   bool dq_ok_g = false, dq_ok_g8 = false;
+  // Rows g and g + 8 of it into the float32 buffer: 8-byte atomics of each lane's own pairs at head size 128, 16-byte
+  // ones after a shuffle at 64 (each 2-3% ahead of the other there on an H200; docs/benchmarks.md).
+  auto add_dq_rows = [&](const float(&rows)[kHalf / 8][4], float* row_g, bool ok_g, bool ok_g8) {
+    if constexpr (D == 128) {
+      add_dq_pairs<kHalf>(rows, row_g, row_g + 8 * a.H * D, tig, ok_g, ok_g8);
+    } else {
+      add_dq<kHalf>(rows, row_g, row_g + 8 * a.H * D, tig, ok_g, ok_g8);
+    }
+  };
 
   for (int i = 0; i < steps; ++i) {
     cp_async_wait<0>();
@@ -340,7 +349,7 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
     }
     wgmma::commit();
     // The previous step's dQ goes out while these products run.
-    add_dq<kHalf>(dq_out, dq_row, dq_row + 8 * a.H * D, tig, i > 0 && dq_ok_g, i > 0 && dq_ok_g8);
+    add_dq_rows(dq_out, dq_row, i > 0 && dq_ok_g, i > 0 && dq_ok_g8);
     wgmma::wait<0>();
     wgmma::keep(s);
     wgmma::keep(dp);
@@ -408,7 +417,7 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
     dq_ok_g = t < a.T;
     dq_ok_g8 = t + 8 < a.T;
   }
-  add_dq<kHalf>(dq_out, dq_row, dq_row + 8 * a.H * D, tig, steps > 0 && dq_ok_g, steps > 0 && dq_ok_g8);
+  add_dq_rows(dq_out, dq_row, steps > 0 && dq_ok_g, steps > 0 && dq_ok_g8);
 
   store_dk_dv<D>(a, dk, dv, row0, key_first + kr, kvh, tig);
 #endif  // RETORT_WGMMA_AVAILABLE

@@ -178,21 +178,37 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
 
   // Tile 0 (every warpgroup has it): O is still 0, nothing to rescale.
   float correction[2];
+  // The warpgroups take turns issuing a tile's products, the first before the second (named barrier 1: the first
+  // arrives once it has issued, the second waits for that), so the first's scores are in while the second's still
+  // run and its softmax overlaps them.
+  auto wait_turn = [&] {
+    if (wg == 1) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  };
+  auto pass_turn = [&] {
+    if (wg == 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+  };
   stage_in(0);
+  wait_turn();
   wgmma::fence();
   scores(0);
+  pass_turn();
   wgmma::wait<0>();
   wgmma::keep(s);
   softmax(0, correction);
   to_operand();
   for (int j = 1; j < tiles; ++j) {
     stage_in(j);
-    if (j >= my_tiles) continue;
+    wait_turn();
+    if (j >= my_tiles) {  // only the first warpgroup ends early
+      pass_turn();
+      continue;
+    }
     wgmma::keep(o);
     wgmma::fence();
     scores(j);
     pv(j - 1);
     wgmma::commit();
+    pass_turn();
     wgmma::wait<1>();
     wgmma::keep(s);
     softmax(j, correction);

@@ -2,18 +2,18 @@
 #include "core/kernels/cuda/common.cuh"  // first: it configures fmt for nvcc
 // clang-format on
 
-// The fused causal attention's forward on Hopper's warpgroup products (wgmma, sm_90a): the same result and saved
-// log-sum-exp as the mma.sync kernel in flash_attention.cu, which stays for other GPUs.
+// The fused causal attention's forward and backward on Hopper's warpgroup products (wgmma, sm_90a): the same results
+// as the mma.sync kernels in flash_attention.cu, which stay for other GPUs.
 //
-// Forward: one CTA of two warpgroups takes 128 query rows of one head, 64 a warpgroup, and walks the key tiles
-// (kKeys keys: 128, or 64 at head size 64, where two CTAs then share a multiprocessor) up to the diagonal with the
-// online softmax. Per tile and warpgroup: S[64 x kKeys] = Q K^T as D / 16
-// products with both operands in shared memory; the running max and sum in registers; O[64 x D] += P V with P taken
-// straight from S's registers as the A operand and V read MN-major from shared memory (the transpose bit), so P
-// never touches shared memory. The products of P V trail by one tile: tile j issues S_j and then P_{j-1} V_{j-1},
-// and turns S_j into P_j while the tensor cores run the second. Q, K and V sit in shared memory as
-// 128-byte-swizzled panels (wgmma.cuh); K has two stages and V three (V_{j-1} is read while V_{j+1} loads), filled
-// with cp.async one tile ahead.
+// Forward: one CTA of two warpgroups takes 128 query rows of one head, 64 a warpgroup, and walks the key tiles (kKeys
+// keys: 128, or 64 at head size 64, where two CTAs then share a multiprocessor) up to the diagonal with the online
+// softmax. Per tile and warpgroup: S[64 x kKeys] = Q K^T as D / 16 products with both operands in shared memory; the
+// running max and sum in registers; O[64 x D] += P V with P taken straight from S's registers as the A operand and V
+// read MN-major from shared memory (the transpose bit), so P never touches shared memory. The products of P V trail by
+// one tile: tile j issues S_j and then P_{j-1} V_{j-1}, and turns S_j into P_j while the tensor cores run the second;
+// the two warpgroups take turns issuing a tile's products, so one's softmax runs under the other's. Q, K and V sit in
+// shared memory as 128-byte-swizzled panels (wgmma.cuh); K has two stages and V three (V_{j-1} is read while V_{j+1}
+// loads), filled with cp.async one tile ahead.
 #include <cstdlib>
 #include <string_view>
 

@@ -6,7 +6,8 @@
 // measures the PyTorch twin the same way; bench/run_generate_bench.sh runs both and writes the table.
 // The framework name says which decode path ran: retort (the fused decode kernels, ops::decode_fusion, and CUDA
 // graphs), with -unfused when RETORT_DECODE_FUSED=0, -no-pdl when RETORT_DECODE_PDL=0 (programmatic dependent launch
-// off), -no-graphs with --graphs false.
+// off), -lanes-attention when RETORT_DECODE_ATTENTION=lanes (the CUDA-core cache attention instead of the
+// tensor-core one), -no-graphs with --graphs false.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -79,8 +80,11 @@ int main(int argc, char** argv) {
   if (!json_path.empty()) json.emplace(json_path, bench::JsonLinesWriter::Mode::Append, origin);
   const bool fused = ops::decode_fusion() != ops::DecodeFusion::Off;
   const bool dependent_launch = kernels::decode_dependent_launch_enabled();
+  const char* attention_choice = std::getenv("RETORT_DECODE_ATTENTION");
+  const std::string decode_attention = attention_choice != nullptr ? attention_choice : "auto";
   const std::string framework = std::string("retort") + (fused ? "" : "-unfused") +
-                                (fused && !dependent_launch ? "-no-pdl" : "") + (graphs ? "" : "-no-graphs");
+                                (fused && !dependent_launch ? "-no-pdl" : "") +
+                                (decode_attention == "lanes" ? "-lanes-attention" : "") + (graphs ? "" : "-no-graphs");
   fmt::print("{} {} on {}, {} compute: {} layers, {} heads, width {}, vocab {}, context {}; prompt {}, {} new tokens\n",
              framework, label, device.str(), dtype_arg, config.n_layer, config.n_head, config.n_embd, config.vocab_size,
              config.block_size, prompt_len, new_tokens);
@@ -129,7 +133,8 @@ int main(int argc, char** argv) {
                                                {"temperature", temperature},
                                                {"graph_nodes", graph_nodes},
                                                {"decode_fused", fused},
-                                               {"dependent_launch", dependent_launch}},
+                                               {"dependent_launch", dependent_launch},
+                                               {"decode_attention", decode_attention}},
                                               origin);
     std::cout << row.dump() << std::endl;
     if (json) json->write(row);

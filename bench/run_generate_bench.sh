@@ -11,7 +11,8 @@
 # and prefill ms side by side; ratio = retort tokens/s / torch tokens/s, > 1: retort faster).
 # Environment: DEVICE (cuda), DTYPE (bf16), BATCHES (1,32), PROMPT (128), NEW (256), REPEATS (3), TEMPERATURE (0:
 # greedy), UNFUSED (1; 0 skips retort-unfused), NO_PDL (0; 1 adds retort-no-pdl: the fused kernels without
-# programmatic dependent launch, RETORT_DECODE_PDL=0), NO_GRAPHS (1; 0 skips retort-no-graphs), EAGER (1; 0 skips
+# programmatic dependent launch, RETORT_DECODE_PDL=0), LANES (0; 1 adds retort-lanes-attention: the CUDA-core cache
+# attention, RETORT_DECODE_ATTENTION=lanes), NO_GRAPHS (1; 0 skips retort-no-graphs), EAGER (1; 0 skips
 # torch eager), COMPILE (1; 0 skips the torch.compile peers), COMPILE_MODES (reduce-overhead; space-separated, e.g.
 # "default reduce-overhead"), COMPILE_TIMEOUT (900 s per compiled peer: compiling takes a minute or more per batch
 # size), PYTHON (python3); SMOKE=1 runs a small shape on the CPU instead (2 layers, width 128, vocab 4096, context 256,
@@ -44,6 +45,11 @@ if [[ ${NO_PDL:-0} == 1 ]]; then
   echo "== retort, programmatic dependent launch off (RETORT_DECODE_PDL=0; CUDA graphs)"
   RETORT_DECODE_PDL=0 "$build/bench/bench_generate" "${common[@]}" --json "$out/retort.jsonl" 2>&1 |
     tee "$out/retort-no-pdl.log"
+fi
+if [[ ${LANES:-0} == 1 ]]; then
+  echo "== retort, the CUDA-core cache attention (RETORT_DECODE_ATTENTION=lanes; CUDA graphs)"
+  RETORT_DECODE_ATTENTION=lanes "$build/bench/bench_generate" "${common[@]}" --json "$out/retort.jsonl" 2>&1 |
+    tee "$out/retort-lanes-attention.log"
 fi
 if [[ ${NO_GRAPHS:-1} == 1 ]]; then
   echo "== retort (no graphs)"

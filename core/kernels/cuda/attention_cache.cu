@@ -25,9 +25,16 @@
 // through row strides, so the packed [B, Tn, 3C] projections of GPT are the case group = 1 with stride 3C.
 //
 // Scores, sums and outputs are f32 whatever the storage dtype.
+//
+// bf16 decode steps at head size 64 or 128 go to the tensor-core kernel of attention_cache_mma.cu instead, one block
+// per row and key/value head, when there are enough such blocks to fill the GPU (take_tensor_core_decode).
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "core/kernels/backends.h"
+#include "core/kernels/cuda/attention_cache_mma.h"
 #include "core/kernels/cuda/dependent_launch.cuh"
 #include "core/kernels/decode_kernels.h"
 
@@ -458,6 +465,17 @@ void launch_prefill(const T* q, Queries qs, const int32_t* starts, const T* k, c
   return run(std::integral_constant<int, 4>{});
 }
 
+// Which decode kernel attends a bf16 step: RETORT_DECODE_ATTENTION=mma takes the tensor-core kernel wherever it
+// fits, =lanes the CUDA-core one; otherwise the tensor-core kernel where it fits and has a block for every
+// multiprocessor. Read on every call, so a benchmark or a test can switch between launches.
+bool take_tensor_core_decode(const CacheDecodeArgs& args) {
+  if (!cache_decode_mma_fits(args)) return false;
+  const char* choice = std::getenv("RETORT_DECODE_ATTENTION");
+  if (choice != nullptr && std::strcmp(choice, "lanes") == 0) return false;
+  if (choice != nullptr && std::strcmp(choice, "mma") == 0) return true;
+  return cache_decode_mma_enough_blocks(args);
+}
+
 // q [B, Tn, H * D] (rows q_stride apart), the new k and v [B, Tn, KV * D] (rows kv_stride apart): append, then
 // attend.
 void with_cache(const void* q, int64_t q_stride, const void* k_new, const void* v_new, int64_t kv_stride, DType dtype,
@@ -474,7 +492,28 @@ void with_cache(const void* q, int64_t q_stride, const void* k_new, const void* 
     const auto* kt = static_cast<const T*>(k_new);
     const auto* vt = static_cast<const T*>(v_new);
     if (Tn <= kDecodeMaxQueries || D > kPrefillMaxHead) {
-      // The decode kernel appends the new positions itself.
+      // The decode kernels append the new positions themselves.
+      if constexpr (std::is_same_v<T, bf16>) {
+        const CacheDecodeArgs args{qt,
+                                   q_stride,
+                                   kt,
+                                   vt,
+                                   kv_stride,
+                                   starts.data<int32_t>(),
+                                   k_cache.data<T>(),
+                                   v_cache.data<T>(),
+                                   out.data<T>(),
+                                   B,
+                                   Tn,
+                                   H,
+                                   KV,
+                                   D,
+                                   cap};
+        if (Tn <= kDecodeMaxQueries && take_tensor_core_decode(args)) {
+          cache_decode_mma(args, decode_dependent_launch_enabled() && dependent_launch_supported());
+          return;
+        }
+      }
       launch_decode<T>(qt, qs, kt, vt, kv_stride, starts.data<int32_t>(), k_cache.data<T>(), v_cache.data<T>(),
                        out.data<T>(), B, Tn, D, cap, scale);
     } else {

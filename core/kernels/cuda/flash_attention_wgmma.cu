@@ -39,14 +39,6 @@ __device__ __forceinline__ unsigned char* aligned_1024(unsigned char* smem) {
   return smem + ((1024 - (smem_addr(smem) & 1023)) & 1023);
 }
 
-// 2^x on the special-function unit, denormal results flushed to zero: one instruction, where exp2f adds a range
-// check and two rescalings to keep denormals. A softmax weight below 2^-126 is zero either way in bf16.
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 template <int D, int kTileRows, int kThreadsT = kThreads>
 __device__ __forceinline__ void load_swizzled(bf16* tile, const bf16* src, int64_t stride, int valid) {
   constexpr int kChunks = D / 8, kRowStep = kThreadsT / kChunks;

@@ -1,6 +1,7 @@
 #pragma once
-// PTX wrappers of the tensor-core kernels (flash_attention.cu, small_m_linear_mma.cu): asynchronous 16- and 4-byte
-// copies from global to shared memory, ldmatrix, and the bf16 mma.sync m16n8k16 with float32 accumulation.
+// PTX wrappers of the tensor-core kernels (flash attention, small_m_linear_mma.cu, attention_cache_mma.cu):
+// asynchronous 16- and 4-byte copies from global to shared memory, ldmatrix, the bf16 mma.sync m16n8k16 with float32
+// accumulation, and the special-function unit's 2^x.
 #include <cstdint>
 
 namespace retort::kernels::cuda::ptx {
@@ -44,6 +45,14 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x on the special-function unit, denormal results flushed to zero: one instruction, where exp2f adds a range
+// check and two rescalings to keep denormals. A softmax weight below 2^-126 is zero either way in bf16.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 }  // namespace retort::kernels::cuda::ptx

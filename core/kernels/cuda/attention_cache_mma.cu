@@ -5,22 +5,31 @@
 // The decode step's attention over a bf16 key/value cache on the tensor cores: one block per row and key/value head
 // attends all its query heads and new positions at once (up to 16 query rows), reading each cached key and value
 // once. The CUDA-core decode kernel (attention_cache.cu) spends about 15 warp instructions a key on conversions,
-// shuffle reductions and per-key softmax updates, and a warp waits for its loads once per 4 keys; here
-//   - the block stages the keys and values in chunks (128 rows at head size 64, 64 at 128) in swizzled shared
-//     memory with cp.async, two chunks in flight from the start, so a context of a few hundred positions is one
-//     round trip to memory rather than one per tile (rows at or past the row's start come straight from the new k
-//     and v, which the block also appends to the cache, so nothing waits for the append);
-//   - each warp takes 16-key tiles of a chunk: S = Q K^T and O += P V in mma.sync m16n8k16 (K through ldmatrix,
-//     V through ldmatrix.trans, Q's fragments in registers for the whole walk), P reused from S's accumulators;
-//   - P is split into bf16 hi + lo parts (two products per output tile), so the weights keep about 16 significant
-//     bits and the result matches the float32 CUDA-core kernel's accuracy, not bf16's.
+// shuffle reductions and per-key softmax updates; here a warp takes 16 keys at a time in 16 + 2 * D / 8 products
+// (m16n8k16) and about 60 other instructions, so a step of the GPT-2-sized model at batch 32 runs a third of the
+// instructions.
+//
+// The operands come from global memory straight into the products' register layouts, without shared memory:
+//   S = Q K^T   Q's rows are the queries (row g of the fragment is query row g; 8 more when there are 16), K^T's
+//               columns the 8 keys of a half tile. A dot product does not care which head dimension meets which, so
+//               lane (g, c) loads 16 contiguous bytes of its key (dims 32p + 8c .. + 7) and of its query rows, and
+//               those four 32-bit words are the two k-steps' halves of the fragment for both operands alike.
+//   O = P V     P is S's accumulator reused as the A operand (the usual flash-attention register reuse). V's
+//               fragment wants two keys' values at one dimension per register, so lane (g, c) loads the whole
+//               slice of dims (D / 8) g .. + D / 8 - 1 of keys 2c, 2c + 1, 2c + 8 and 2c + 9 and pairs them with one
+//               byte permute per register: output column n of product m is dimension (D / 8) n + m, undone when
+//               the output is written.
+//   P           is split into bf16 hi + lo parts (two products per output tile), so the weights keep about 16
+//               significant bits and the result matches the float32 CUDA-core kernel's accuracy, not bf16's.
 //
 // Softmax: scores in log2 units, a per-row running maximum that is moved only when a tile's maximum passes it by
 // more than 2^8 (weights stay below 2^8, far from float32's range), the row sums kept per lane until the end. The
-// warps merge through shared memory (the chunks' buffers, no longer needed).
+// block's warps take tiles w, w + 4, ... and merge through shared memory. The block first appends the new keys and
+// values to the cache (its own rows: no other block reads them), so every key is read from the cache.
+#include <cmath>
+
 #include "core/kernels/cuda/attention_cache_mma.h"
 #include "core/kernels/cuda/dependent_launch.cuh"
-#include "core/kernels/cuda/mma_tiles.cuh"
 #include "core/kernels/cuda/ptx.cuh"
 
 namespace retort::kernels::cuda {
@@ -28,18 +37,18 @@ namespace {
 using namespace detail;
 
 constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
 constexpr int kTileKeys = 16;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLazyRescale = 8.f;  // log2 units the running maximum may lag behind a tile's
 constexpr unsigned kFull = 0xffffffffu;
 
-// Cache rows per chunk: 16 KiB of keys and 16 KiB of values, two chunks in flight (64 KiB a block: three blocks a
-// multiprocessor, which holds a batch-32 GPT-2 step's 384 blocks in one wave).
-template <int kHead>
-constexpr int kChunkRows = 128 * 64 / kHead;
-template <int kHead>
-constexpr size_t kSharedBytes = 2 * 2 * kChunkRows<kHead>* kHead * sizeof(detail::bf16);
+__device__ __forceinline__ uint4 load16(const bf16* p, bool valid) {
+  return valid ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
 
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(kFull, v, 1));
@@ -55,16 +64,16 @@ __device__ __forceinline__ void split_bf16(float p0, float p1, uint32_t& hi, uin
   lo = *reinterpret_cast<const uint32_t*>(&l);
 }
 
-// kHead: 64 or 128. kRows16: more than 8 query rows (the fragments' rows g + 8 in use).
-template <int kHead, bool kRows16>
-__global__ void __launch_bounds__(kThreads) cache_decode_kernel(CacheDecodeArgs a, float scale_log2) {
-  constexpr int kChunk = kChunkRows<kHead>, kRowPieces = kHead / 8, kKSteps = kHead / 16;
+// kHead: 64 or 128. kRows16: more than 8 query rows (the fragment's rows g + 8 in use). kPrefetchKeys: the next
+// tile's keys are loaded before this tile's products (registers allow it at head size 64).
+template <int kHead, bool kRows16, bool kPrefetchKeys>
+__global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeArgs a, float scale_log2) {
+  constexpr int kPairs = kHead / 32;        // 16-byte pieces of a key row per lane, each two k-steps of S
+  constexpr int kOut = kHead / 8;           // output products (8 columns each)
+  constexpr int kValuePieces = kHead / 64;  // 16-byte pieces of a value row per lane
   constexpr int kMaxRows = kRows16 ? 16 : 8;
   constexpr int kStride = kHead + 4;  // floats per merge row, padded against bank conflicts
-  extern __shared__ __align__(128) unsigned char shared[];
-  bf16* stage_keys = reinterpret_cast<bf16*>(shared);    // [2][kChunk][kHead], swizzled
-  bf16* stage_values = stage_keys + 2 * kChunk * kHead;  // [2][kChunk][kHead], swizzled
-  float* merge_o = reinterpret_cast<float*>(shared);     // [kWarps][kMaxRows][kStride], after the walk
+  __shared__ float s_o[kWarps][kMaxRows][kStride];
   __shared__ float s_m[kWarps][kMaxRows], s_l[kWarps][kMaxRows], s_f[kWarps][kMaxRows];
   // A product launched as this kernel's programmatic dependent may start prefetching its weights now.
   allow_dependents();
@@ -76,7 +85,6 @@ __global__ void __launch_bounds__(kThreads) cache_decode_kernel(CacheDecodeArgs 
   const int64_t head_offset = (static_cast<int64_t>(b) * KV + kv) * a.cap * kHead;
   bf16* keys = a.k_cache + head_offset;
   bf16* values = a.v_cache + head_offset;
-  const int64_t new_offset = static_cast<int64_t>(b) * tn * a.kv_stride + static_cast<int64_t>(kv) * kHead;
 
   // While the q|k|v product before this kernel runs: move this head's cached rows towards L2 (one thread per
   // 32 KiB; the row count read here only sizes the prefetch, which never leaves the cache).
@@ -84,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) cache_decode_kernel(CacheDecodeArgs 
     const int64_t cached = min(max(static_cast<int64_t>(a.starts[b]), int64_t{0}), a.cap);
     const int64_t bytes = cached * kHead * static_cast<int64_t>(sizeof(bf16));
     constexpr int64_t kPiece = 32 * 1024;
-    for (int64_t at = threadIdx.x * kPiece; at < bytes; at += kThreads * kPiece) {
+    for (int64_t at = threadIdx.x * kPiece; at < bytes; at += blockDim.x * kPiece) {
       const uint32_t piece = static_cast<uint32_t>(min(kPiece, bytes - at));
       prefetch_l2(reinterpret_cast<const char*>(keys) + at, piece);
       prefetch_l2(reinterpret_cast<const char*>(values) + at, piece);
@@ -92,143 +100,144 @@ __global__ void __launch_bounds__(kThreads) cache_decode_kernel(CacheDecodeArgs 
   }
   wait_for_prerequisites();
   const int start = a.starts[b];
-  const int seen_all = min(start + tn, cap);  // keys the last new position sees
-  const int chunks = (seen_all + kChunk - 1) / kChunk;
 
-  // Chunk i into stage s: cache rows below start, the new rows from k and v, zeros past seen_all. A thread copies
-  // one 16-byte column piece of every (kThreads / kRowPieces)-th row.
-  const auto stage_chunk = [&](int i, int s) {
-    constexpr int kRowStep = kThreads / kRowPieces;
-    const int piece = threadIdx.x % kRowPieces;
-    bf16* sk = stage_keys + s * kChunk * kHead;
-    bf16* sv = stage_values + s * kChunk * kHead;
-#pragma unroll 4
-    for (int r = threadIdx.x / kRowPieces; r < kChunk; r += kRowStep) {
-      const int j = i * kChunk + r;
-      const bool valid = j < seen_all;
-      const int64_t at = j < start ? static_cast<int64_t>(j) * kHead : new_offset + (j - start) * a.kv_stride;
-      const bf16* k_src = j < start ? keys : a.k_new;
-      const bf16* v_src = j < start ? values : a.v_new;
-      const int64_t src = valid ? at + piece * 8 : 0;
-      ptx::cp_async16(ptx::smem_addr(sk + tiles::swizzle<kHead>(r, piece)), k_src + src, valid);
-      ptx::cp_async16(ptx::smem_addr(sv + tiles::swizzle<kHead>(r, piece)), v_src + src, valid);
-    }
-    ptx::cp_async_commit();
-  };
-  stage_chunk(0, 0);
-  if (chunks > 1) stage_chunk(1, 1);
-
-  // The append (positions past the cache are dropped); this block alone reads these rows, from k and v above.
-  for (int i = threadIdx.x; i < tn * kRowPieces; i += kThreads) {
+  // The append (positions past the cache are dropped). The barrier makes it visible to the block's reads below.
+  constexpr int kRowPieces = kHead / 8;
+  for (int i = threadIdx.x; i < tn * kRowPieces; i += blockDim.x) {
     const int t = i / kRowPieces, piece = i - t * kRowPieces, pos = start + t;
     if (pos >= cap) continue;
-    const int64_t src = new_offset + t * a.kv_stride + piece * 8;
+    const int64_t src = (static_cast<int64_t>(b) * tn + t) * a.kv_stride + static_cast<int64_t>(kv) * kHead + piece * 8;
     const int64_t dst = static_cast<int64_t>(pos) * kHead + piece * 8;
     *reinterpret_cast<uint4*>(keys + dst) = *reinterpret_cast<const uint4*>(a.k_new + src);
     *reinterpret_cast<uint4*>(values + dst) = *reinterpret_cast<const uint4*>(a.v_new + src);
   }
+  __syncthreads();
 
-  // Q's A fragments (rows g and g + 8; row r is new position r / group of query head kv * group + r % group, rows
-  // past `rows` zero), kept for the whole walk.
-  const auto query_word = [&](int r, int d) -> uint32_t {
-    if (r >= rows) return 0u;
-    const int t = r / group, head = kv * group + (r - t * group);
-    return *reinterpret_cast<const uint32_t*>(a.q + (static_cast<int64_t>(b) * tn + t) * a.q_stride +
-                                              static_cast<int64_t>(head) * kHead + d);
-  };
-  uint32_t qa[kKSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) {
-    qa[kk][0] = query_word(g, kk * 16 + 2 * c);
-    qa[kk][1] = kRows16 ? query_word(g + 8, kk * 16 + 2 * c) : 0u;
-    qa[kk][2] = query_word(g, kk * 16 + 8 + 2 * c);
-    qa[kk][3] = kRows16 ? query_word(g + 8, kk * 16 + 8 + 2 * c) : 0u;
-  }
+  // Query row r is new position r / group of query head kv * group + r % group; rows past `rows` are zero.
+  const int seen_all = min(start + tn, cap);  // keys the last new position sees
   const auto seen_of = [&](int r) { return r < rows ? min(start + r / group + 1, cap) : seen_all; };
+  const auto load_query = [&](int r, uint4(&q)[kPairs]) {
+    const int t = r / group, head = kv * group + (r - t * group);
+    const bf16* src = a.q + (static_cast<int64_t>(b) * tn + t) * a.q_stride + static_cast<int64_t>(head) * kHead;
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p) q[p] = load16(src + 32 * p + 8 * c, r < rows);
+  };
+  uint4 q_lo[kPairs], q_hi[kPairs];
+  load_query(g, q_lo);
+  if constexpr (kRows16) {
+    load_query(g + 8, q_hi);
+  } else {
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p) q_hi[p] = make_uint4(0, 0, 0, 0);
+  }
   const int seen_lo = seen_of(g), seen_hi = seen_of(g + 8);
 
-  float o[kHead / 8][4];
+  const auto load_keys = [&](int tile, uint4(&k)[2][kPairs]) {
 #pragma unroll
-  for (int m = 0; m < kHead / 8; ++m) o[m][0] = o[m][1] = o[m][2] = o[m][3] = 0.f;
+    for (int half = 0; half < 2; ++half) {
+      const int j = tile * kTileKeys + half * 8 + g;
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p)
+        k[half][p] = load16(keys + static_cast<int64_t>(j) * kHead + 32 * p + 8 * c, j < seen_all);
+    }
+  };
+
+  float o[kOut][4];
+#pragma unroll
+  for (int m = 0; m < kOut; ++m) o[m][0] = o[m][1] = o[m][2] = o[m][3] = 0.f;
   float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
 
-  for (int i = 0; i < chunks; ++i) {
-    if (i + 1 < chunks) {
-      ptx::cp_async_wait<1>();
-    } else {
-      ptx::cp_async_wait<0>();
-    }
-    __syncthreads();
-    const bf16* sk = stage_keys + (i & 1) * kChunk * kHead;
-    const bf16* sv = stage_values + (i & 1) * kChunk * kHead;
-    for (int t0 = warp * kTileKeys; t0 < kChunk && i * kChunk + t0 < seen_all; t0 += kWarps * kTileKeys) {
-      const int j0 = i * kChunk + t0;
-      // S for the tile's two halves of 8 keys.
-      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  const int tiles = (seen_all + kTileKeys - 1) / kTileKeys;
+  uint4 k_cur[2][kPairs], k_next[2][kPairs];
+  if (kPrefetchKeys && warp < tiles) load_keys(warp, k_cur);
+  for (int tile = warp; tile < tiles; tile += kWarps) {
+    const int j0 = tile * kTileKeys;
+    if constexpr (!kPrefetchKeys) load_keys(tile, k_cur);
+    uint4 v[4][kValuePieces];
 #pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk) {
-        uint32_t r[4];
-        ptx::ldmatrix_x4(r, tiles::bt_addr<kHead>(sk, t0, kk * 16, lane));
-        ptx::mma(s[0], qa[kk], r[0], r[1]);
-        ptx::mma(s[1], qa[kk], r[2], r[3]);
-      }
+    for (int i = 0; i < 4; ++i) {
+      const int j = j0 + 2 * c + (i & 1) + (i >> 1) * 8;
+#pragma unroll
+      for (int p = 0; p < kValuePieces; ++p)
+        v[i][p] = load16(values + static_cast<int64_t>(j) * kHead + g * (kHead / 8) + 8 * p, j < seen_all);
+    }
+    if constexpr (kPrefetchKeys) {
+      if (tile + kWarps < tiles) load_keys(tile + kWarps, k_next);
+    }
 
-      // Scores in log2 units, keys a row does not see at -inf; the rows' maxima over the tile.
-      float top_lo = -INFINITY, top_hi = -INFINITY;
+    // S for the tile's two halves of 8 keys.
+    float s[2][4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      s[half][0] = s[half][1] = s[half][2] = s[half][3] = 0.f;
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p) {
+        const uint32_t a0[4] = {q_lo[p].x, q_hi[p].x, q_lo[p].y, q_hi[p].y};
+        ptx::mma(s[half], a0, k_cur[half][p].x, k_cur[half][p].y);
+        const uint32_t a1[4] = {q_lo[p].z, q_hi[p].z, q_lo[p].w, q_hi[p].w};
+        ptx::mma(s[half], a1, k_cur[half][p].z, k_cur[half][p].w);
+      }
+    }
+    if constexpr (kPrefetchKeys) {
 #pragma unroll
       for (int half = 0; half < 2; ++half)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = j0 + half * 8 + 2 * c + e;
-          s[half][e] = j < seen_lo ? s[half][e] * scale_log2 : -INFINITY;
-          s[half][2 + e] = j < seen_hi ? s[half][2 + e] * scale_log2 : -INFINITY;
-          top_lo = fmaxf(top_lo, s[half][e]);
-          top_hi = fmaxf(top_hi, s[half][2 + e]);
-        }
-      top_lo = quad_max(top_lo);
-      float scale_lo = 1.f, scale_hi = 1.f;  // exp2(old maximum - new): 0 on a row's first keys
-      if (top_lo > m_lo + kLazyRescale) scale_lo = ptx::exp2_ftz(m_lo - top_lo), m_lo = top_lo;
-      if constexpr (kRows16) {
-        top_hi = quad_max(top_hi);
-        if (top_hi > m_hi + kLazyRescale) scale_hi = ptx::exp2_ftz(m_hi - top_hi), m_hi = top_hi;
-      }
-      if (__any_sync(kFull, scale_lo != 1.f || scale_hi != 1.f)) {
-        l_lo *= scale_lo, l_hi *= scale_hi;
-#pragma unroll
-        for (int m = 0; m < kHead / 8; ++m)
-          o[m][0] *= scale_lo, o[m][1] *= scale_lo, o[m][2] *= scale_hi, o[m][3] *= scale_hi;
-      }
-      // A row that has seen no key yet has m = -inf and only -inf scores: its weights are exp2(-inf) = 0.
-      const float ref_lo = m_lo == -INFINITY ? 0.f : m_lo, ref_hi = m_hi == -INFINITY ? 0.f : m_hi;
-      uint32_t p_hi[4] = {0u, 0u, 0u, 0u}, p_lo[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float w0 = ptx::exp2_ftz(s[half][0] - ref_lo), w1 = ptx::exp2_ftz(s[half][1] - ref_lo);
-        l_lo += w0 + w1;
-        split_bf16(w0, w1, p_hi[2 * half], p_lo[2 * half]);
-        if constexpr (kRows16) {
-          const float w2 = ptx::exp2_ftz(s[half][2] - ref_hi), w3 = ptx::exp2_ftz(s[half][3] - ref_hi);
-          l_hi += w2 + w3;
-          split_bf16(w2, w3, p_hi[2 * half + 1], p_lo[2 * half + 1]);
-        }
-      }
+        for (int p = 0; p < kPairs; ++p) k_cur[half][p] = k_next[half][p];
+    }
 
-      // O += P V, 16 output columns per ldmatrix.trans.
+    // Scores in log2 units, keys a row does not see at -inf; the rows' maxima over the tile.
+    float top_lo = -INFINITY, top_hi = -INFINITY;
 #pragma unroll
-      for (int nd = 0; nd < kHead / 16; ++nd) {
-        uint32_t r[4];
-        ptx::ldmatrix_x4_trans(r, tiles::b_addr<kHead>(sv, t0, nd * 16, lane));
-        ptx::mma(o[2 * nd], p_hi, r[0], r[1]);
-        ptx::mma(o[2 * nd], p_lo, r[0], r[1]);
-        ptx::mma(o[2 * nd + 1], p_hi, r[2], r[3]);
-        ptx::mma(o[2 * nd + 1], p_lo, r[2], r[3]);
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = j0 + half * 8 + 2 * c + e;
+        s[half][e] = j < seen_lo ? s[half][e] * scale_log2 : -INFINITY;
+        s[half][2 + e] = j < seen_hi ? s[half][2 + e] * scale_log2 : -INFINITY;
+        top_lo = fmaxf(top_lo, s[half][e]);
+        top_hi = fmaxf(top_hi, s[half][2 + e]);
+      }
+    top_lo = quad_max(top_lo);
+    float scale_lo = 1.f, scale_hi = 1.f;  // exp2(old maximum - new): 0 on a row's first keys
+    if (top_lo > m_lo + kLazyRescale) scale_lo = ptx::exp2_ftz(m_lo - top_lo), m_lo = top_lo;
+    if constexpr (kRows16) {
+      top_hi = quad_max(top_hi);
+      if (top_hi > m_hi + kLazyRescale) scale_hi = ptx::exp2_ftz(m_hi - top_hi), m_hi = top_hi;
+    }
+    if (__any_sync(kFull, scale_lo != 1.f || scale_hi != 1.f)) {
+      l_lo *= scale_lo, l_hi *= scale_hi;
+#pragma unroll
+      for (int m = 0; m < kOut; ++m) o[m][0] *= scale_lo, o[m][1] *= scale_lo, o[m][2] *= scale_hi, o[m][3] *= scale_hi;
+    }
+    // A row that has seen no key yet has m = -inf and only -inf scores: its weights are exp2(-inf) = 0.
+    const float ref_lo = m_lo == -INFINITY ? 0.f : m_lo, ref_hi = m_hi == -INFINITY ? 0.f : m_hi;
+    uint32_t p_hi[4] = {0, 0, 0, 0}, p_lo[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float w0 = ptx::exp2_ftz(s[half][0] - ref_lo), w1 = ptx::exp2_ftz(s[half][1] - ref_lo);
+      l_lo += w0 + w1;
+      split_bf16(w0, w1, p_hi[2 * half], p_lo[2 * half]);
+      if constexpr (kRows16) {
+        const float w2 = ptx::exp2_ftz(s[half][2] - ref_hi), w3 = ptx::exp2_ftz(s[half][3] - ref_hi);
+        l_hi += w2 + w3;
+        split_bf16(w2, w3, p_hi[2 * half + 1], p_lo[2 * half + 1]);
       }
     }
-    __syncthreads();  // the stage is read by every warp before it is refilled
-    if (i + 2 < chunks) stage_chunk(i + 2, i & 1);
+
+    // O += P V: product m's column n is dimension (kHead / 8) n + m, which lane (g, c) holds at element m of
+    // its value slices; keys 2c and 2c + 1 pair into one register, 2c + 8 and 2c + 9 into the other.
+#pragma unroll
+    for (int m = 0; m < kOut; ++m) {
+      const int piece = m / 8, w = (m / 2) % 4;
+      const uint32_t select = (m & 1) ? 0x7632u : 0x5410u;
+      const uint32_t b0 = __byte_perm(word(v[0][piece], w), word(v[1][piece], w), select);
+      const uint32_t b1 = __byte_perm(word(v[2][piece], w), word(v[3][piece], w), select);
+      ptx::mma(o[m], p_hi, b0, b1);
+      ptx::mma(o[m], p_lo, b0, b1);
+    }
   }
 
-  // Merge the warps: each writes its rows' maximum, sum and unnormalised output (o[m][e] is column 8 m + 2 c + e).
+  // Merge the warps: each writes its rows' maximum, sum and unnormalised output.
   l_lo += __shfl_xor_sync(kFull, l_lo, 1);
   l_lo += __shfl_xor_sync(kFull, l_lo, 2);
   l_hi += __shfl_xor_sync(kFull, l_hi, 1);
@@ -236,10 +245,10 @@ __global__ void __launch_bounds__(kThreads) cache_decode_kernel(CacheDecodeArgs 
   const auto stash = [&](int r, float m_r, float l_r, int first) {
     if (r >= rows) return;
     if (c == 0) s_m[warp][r] = m_r, s_l[warp][r] = l_r;
-    float* dst = merge_o + (warp * kMaxRows + r) * kStride;
 #pragma unroll
-    for (int m = 0; m < kHead / 8; ++m)
-      *reinterpret_cast<float2*>(dst + 8 * m + 2 * c) = make_float2(o[m][first], o[m][first + 1]);
+    for (int m = 0; m < kOut; ++m)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) s_o[warp][r][(kHead / 8) * (2 * c + e) + m] = o[m][first + e];
   };
   stash(g, m_lo, l_lo, 0);
   if constexpr (kRows16) stash(g + 8, m_hi, l_hi, 2);
@@ -260,31 +269,24 @@ __global__ void __launch_bounds__(kThreads) cache_decode_kernel(CacheDecodeArgs 
     for (int w = 0; w < kWarps; ++w) s_f[w][r] = factor[w] * inv;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < rows * kRowPieces; i += kThreads) {
+  for (int i = threadIdx.x; i < rows * kRowPieces; i += blockDim.x) {
     const int r = i / kRowPieces, d0 = (i - r * kRowPieces) * 8;
     const int t = r / group, head = kv * group + (r - t * group);
     float sum[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) sum[e] = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float* src = merge_o + (w * kMaxRows + r) * kStride + d0;
+    for (int w = 0; w < kWarps; ++w)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) sum[e] += src[e] * s_f[w][r];
-    }
+      for (int e = 0; e < 8; ++e) sum[e] += s_o[w][r][d0 + e] * s_f[w][r];
     store8(a.out + ((static_cast<int64_t>(b) * tn + t) * a.H + head) * kHead + d0, sum);
   }
 }
 
 template <int kHead, bool kRows16>
 void launch(const CacheDecodeArgs& a, float scale_log2, bool dependent) {
-  static_assert(kWarps * (kRows16 ? 16 : 8) * (kHead + 4) * sizeof(float) <= kSharedBytes<kHead>);
-  // Per device and kernel; cheap enough to repeat on every launch.
-  RETORT_CUDA_CHECK(cudaFuncSetAttribute(cache_decode_kernel<kHead, kRows16>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kSharedBytes<kHead>)));
-  launch_dependent(&cache_decode_kernel<kHead, kRows16>, dim3(static_cast<unsigned>(a.B * a.KV)), dim3(kThreads),
-                   kSharedBytes<kHead>, rc::current_stream(), dependent, a, scale_log2);
+  launch_dependent(&cache_decode_kernel<kHead, kRows16, kHead == 64>, dim3(static_cast<unsigned>(a.B * a.KV)),
+                   dim3(kWarps * 32), 0, rc::current_stream(), dependent, a, scale_log2);
 }
 
 }  // namespace

@@ -32,7 +32,6 @@
 #include "core/kernels/backends.h"
 #include "core/kernels/cuda/flash_attention.h"
 #include "core/kernels/cuda/flash_attention_parts.cuh"
-#include "core/kernels/cuda/mma_tiles.cuh"
 #include "core/kernels/cuda/ptx.cuh"
 
 namespace retort::kernels::cuda {
@@ -40,13 +39,20 @@ namespace {
 using namespace detail;
 using namespace ptx;
 using namespace flash;
-using namespace tiles;
 
 constexpr int kTile = 64;  // the backward's query rows per tile, and the default tile height
 constexpr int kWarps = 4;  // of a forward CTA
 constexpr int kThreads = 32 * kWarps;
 
-// ---- shared-memory tiles (swizzled as mma_tiles.cuh says) -------------------------------------------------
+// ---- shared-memory tiles ------------------------------------------------------------------------------------
+// A tile of rows of kCols bf16, in 16-byte chunks whose index is XOR-ed with the row's low 3 bits: the 8 row
+// addresses of one ldmatrix matrix (same column, consecutive rows) then fall in 8 different bank groups instead
+// of one.
+template <int kCols>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * kCols + ((chunk ^ (row & 7)) << 3);
+}
+
 // Rows [0, kRows) of a [.., stride] bf16 matrix starting at src into a swizzled tile; rows >= valid are zeros.
 template <int kCols, int kRows = kTile, int kThreadsT = kThreads>
 __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, int64_t stride, int valid) {
@@ -57,6 +63,35 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, int64_t s
     const bool ok = r < valid;
     cp_async16(smem_addr(tile + swizzle<kCols>(r, c)), src + (ok ? r : 0) * stride + c * 8, ok);
   }
+}
+
+// ldmatrix addresses. Lane l feeds row l % 8 of matrix l / 8.
+// A operand (16x16 at rows r0, cols c0 of a row-major tile): matrices (r0, c0) (r0 + 8, c0) (r0, c0 + 8)
+// (r0 + 8, c0 + 8) are a0 .. a3.
+template <int kCols>
+__device__ __forceinline__ uint32_t a_addr(const bf16* tile, int r0, int c0, int lane) {
+  return smem_addr(tile + swizzle<kCols>(r0 + (lane & 15), (c0 >> 3) + (lane >> 4)));
+}
+// B operands of two n-tiles from a tile stored [n][k] (K for S = Q K^T): matrices (n0, k0) (n0, k0 + 8)
+// (n0 + 8, k0) (n0 + 8, k0 + 8) are b0, b1 of n-tile n0 and b0, b1 of n-tile n0 + 8 (no transpose).
+template <int kCols>
+__device__ __forceinline__ uint32_t bt_addr(const bf16* tile, int n0, int k0, int lane) {
+  const int m = lane >> 3;
+  return smem_addr(tile + swizzle<kCols>(n0 + ((m >> 1) << 3) + (lane & 7), (k0 >> 3) + (m & 1)));
+}
+// B operands of two n-tiles from a tile stored [k][n] (V for O = P V), loaded with .trans: matrices (k0, n0)
+// (k0 + 8, n0) (k0, n0 + 8) (k0 + 8, n0 + 8).
+template <int kCols>
+__device__ __forceinline__ uint32_t b_addr(const bf16* tile, int k0, int n0, int lane) {
+  const int m = lane >> 3;
+  return smem_addr(tile + swizzle<kCols>(k0 + ((m & 1) << 3) + (lane & 7), (n0 >> 3) + (m >> 1)));
+}
+// A operand (16x16 at rows r0, cols c0) of a matrix stored transposed, [col][row] (dS^T for dQ = dS K), with
+// .trans: matrices (c0, r0) (c0, r0 + 8) (c0 + 8, r0) (c0 + 8, r0 + 8) of the stored tile are a0 .. a3.
+template <int kCols>
+__device__ __forceinline__ uint32_t at_addr(const bf16* tile, int r0, int c0, int lane) {
+  const int m = lane >> 3;
+  return smem_addr(tile + swizzle<kCols>(c0 + ((m >> 1) << 3) + (lane & 7), (r0 >> 3) + (m & 1)));
 }
 
 // Forward, M 16-row blocks a warp (a query tile of 64 M rows): with M = 2 every K and V fragment read from shared

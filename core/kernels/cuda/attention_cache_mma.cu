@@ -24,8 +24,9 @@
 //
 // Softmax: scores in log2 units, a per-row running maximum that is moved only when a tile's maximum passes it by
 // more than 2^8 (weights stay below 2^8, far from float32's range), the row sums kept per lane until the end. The
-// block's warps take tiles w, w + 4, ... and merge through shared memory. The block first appends the new keys and
-// values to the cache (its own rows: no other block reads them), so every key is read from the cache.
+// block's warps take tiles w, w + 4, ... (at head size 64 loading a tile's keys and values while the one before is
+// multiplied) and merge through shared memory. The block appends the new keys and values to the cache (its own rows:
+// no other block reads them) and reads those positions from the new k and v, so no load waits for the append.
 #include <cmath>
 
 #include "core/kernels/cuda/attention_cache_mma.h"
@@ -64,9 +65,9 @@ __device__ __forceinline__ void split_bf16(float p0, float p1, uint32_t& hi, uin
   lo = *reinterpret_cast<const uint32_t*>(&l);
 }
 
-// kHead: 64 or 128. kRows16: more than 8 query rows (the fragment's rows g + 8 in use). kPrefetchKeys: the next
-// tile's keys are loaded before this tile's products (registers allow it at head size 64).
-template <int kHead, bool kRows16, bool kPrefetchKeys>
+// kHead: 64 or 128. kRows16: more than 8 query rows (the fragment's rows g + 8 in use). kPrefetch: the next tile's
+// keys and values are loaded before this tile's products (registers allow it at head size 64).
+template <int kHead, bool kRows16, bool kPrefetch>
 __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeArgs a, float scale_log2) {
   constexpr int kPairs = kHead / 32;        // 16-byte pieces of a key row per lane, each two k-steps of S
   constexpr int kOut = kHead / 8;           // output products (8 columns each)
@@ -101,17 +102,22 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
   wait_for_prerequisites();
   const int start = a.starts[b];
 
-  // The append (positions past the cache are dropped). The barrier makes it visible to the block's reads below.
+  // The append (positions past the cache are dropped). This block alone reads these rows, and it reads them from
+  // the new k and v (row_of below), so nothing waits for the stores.
   constexpr int kRowPieces = kHead / 8;
+  const int64_t new_offset = static_cast<int64_t>(b) * tn * a.kv_stride + static_cast<int64_t>(kv) * kHead;
   for (int i = threadIdx.x; i < tn * kRowPieces; i += blockDim.x) {
     const int t = i / kRowPieces, piece = i - t * kRowPieces, pos = start + t;
     if (pos >= cap) continue;
-    const int64_t src = (static_cast<int64_t>(b) * tn + t) * a.kv_stride + static_cast<int64_t>(kv) * kHead + piece * 8;
+    const int64_t src = new_offset + t * a.kv_stride + piece * 8;
     const int64_t dst = static_cast<int64_t>(pos) * kHead + piece * 8;
     *reinterpret_cast<uint4*>(keys + dst) = *reinterpret_cast<const uint4*>(a.k_new + src);
     *reinterpret_cast<uint4*>(values + dst) = *reinterpret_cast<const uint4*>(a.v_new + src);
   }
-  __syncthreads();
+  // Position j's key (or value) row: the cache below start, the new rows from start on.
+  const auto row_of = [&](const bf16* cache, const bf16* fresh, int j) {
+    return j < start ? cache + static_cast<int64_t>(j) * kHead : fresh + new_offset + (j - start) * a.kv_stride;
+  };
 
   // Query row r is new position r / group of query head kv * group + r % group; rows past `rows` are zero.
   const int seen_all = min(start + tn, cap);  // keys the last new position sees
@@ -136,9 +142,18 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int j = tile * kTileKeys + half * 8 + g;
+      const bf16* row = row_of(keys, a.k_new, j < seen_all ? j : 0);
 #pragma unroll
-      for (int p = 0; p < kPairs; ++p)
-        k[half][p] = load16(keys + static_cast<int64_t>(j) * kHead + 32 * p + 8 * c, j < seen_all);
+      for (int p = 0; p < kPairs; ++p) k[half][p] = load16(row + 32 * p + 8 * c, j < seen_all);
+    }
+  };
+  const auto load_values = [&](int tile, uint4(&v)[4][kValuePieces]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int j = tile * kTileKeys + 2 * c + (i & 1) + (i >> 1) * 8;
+      const bf16* row = row_of(values, a.v_new, j < seen_all ? j : 0);
+#pragma unroll
+      for (int p = 0; p < kValuePieces; ++p) v[i][p] = load16(row + g * (kHead / 8) + 8 * p, j < seen_all);
     }
   };
 
@@ -147,22 +162,18 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
   for (int m = 0; m < kOut; ++m) o[m][0] = o[m][1] = o[m][2] = o[m][3] = 0.f;
   float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
 
+  // A warp's tiles are warp, warp + kWarps, ...; at head size 64 the next tile's keys and values load while this
+  // one is multiplied.
   const int tiles = (seen_all + kTileKeys - 1) / kTileKeys;
-  uint4 k_cur[2][kPairs], k_next[2][kPairs];
-  if (kPrefetchKeys && warp < tiles) load_keys(warp, k_cur);
+  uint4 k_cur[2][kPairs], k_next[2][kPairs], v_cur[4][kValuePieces], v_next[4][kValuePieces];
+  if (kPrefetch && warp < tiles) load_keys(warp, k_cur), load_values(warp, v_cur);
   for (int tile = warp; tile < tiles; tile += kWarps) {
     const int j0 = tile * kTileKeys;
-    if constexpr (!kPrefetchKeys) load_keys(tile, k_cur);
-    uint4 v[4][kValuePieces];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int j = j0 + 2 * c + (i & 1) + (i >> 1) * 8;
-#pragma unroll
-      for (int p = 0; p < kValuePieces; ++p)
-        v[i][p] = load16(values + static_cast<int64_t>(j) * kHead + g * (kHead / 8) + 8 * p, j < seen_all);
-    }
-    if constexpr (kPrefetchKeys) {
-      if (tile + kWarps < tiles) load_keys(tile + kWarps, k_next);
+    if constexpr (kPrefetch) {
+      if (tile + kWarps < tiles) load_keys(tile + kWarps, k_next), load_values(tile + kWarps, v_next);
+    } else {
+      load_keys(tile, k_cur);
+      load_values(tile, v_cur);
     }
 
     // S for the tile's two halves of 8 keys.
@@ -177,12 +188,6 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
         const uint32_t a1[4] = {q_lo[p].z, q_hi[p].z, q_lo[p].w, q_hi[p].w};
         ptx::mma(s[half], a1, k_cur[half][p].z, k_cur[half][p].w);
       }
-    }
-    if constexpr (kPrefetchKeys) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-#pragma unroll
-        for (int p = 0; p < kPairs; ++p) k_cur[half][p] = k_next[half][p];
     }
 
     // Scores in log2 units, keys a row does not see at -inf; the rows' maxima over the tile.
@@ -230,10 +235,20 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
     for (int m = 0; m < kOut; ++m) {
       const int piece = m / 8, w = (m / 2) % 4;
       const uint32_t select = (m & 1) ? 0x7632u : 0x5410u;
-      const uint32_t b0 = __byte_perm(word(v[0][piece], w), word(v[1][piece], w), select);
-      const uint32_t b1 = __byte_perm(word(v[2][piece], w), word(v[3][piece], w), select);
+      const uint32_t b0 = __byte_perm(word(v_cur[0][piece], w), word(v_cur[1][piece], w), select);
+      const uint32_t b1 = __byte_perm(word(v_cur[2][piece], w), word(v_cur[3][piece], w), select);
       ptx::mma(o[m], p_hi, b0, b1);
       ptx::mma(o[m], p_lo, b0, b1);
+    }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int p = 0; p < kPairs; ++p) k_cur[half][p] = k_next[half][p];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int p = 0; p < kValuePieces; ++p) v_cur[i][p] = v_next[i][p];
     }
   }
 

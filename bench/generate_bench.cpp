@@ -1,9 +1,10 @@
 // Generation throughput of retort's GPT with the KV cache: a randomly initialised model (GPT-2 small's shape by
-// default), random prompts of one length, a fixed number of new tokens (no stop), at each batch size: the prefill
-// time and the decode rate (tokens after the first, over all sequences, per second), and the node count of the CUDA
-// graph each decode step replays (--graphs false: none, every kernel launched from the host). The bf16 inference
-// copy of the weights is made once per batch size, outside the timed calls. bench/generate_bench_torch.py
-// measures the PyTorch twin the same way; bench/run_generate_bench.sh runs both and writes the table.
+// default; --family llama with --kv-heads and --intermediate for a Llama-shaped one), random prompts of one length,
+// a fixed number of new tokens (no stop), at each batch size: the prefill time and the decode rate (tokens after the
+// first, over all sequences, per second), and the node count of the CUDA graph each decode step replays (--graphs
+// false: none, every kernel launched from the host). The bf16 inference copy of the weights is made once per batch
+// size, outside the timed calls. bench/generate_bench_torch.py measures the PyTorch twin the same way;
+// bench/run_generate_bench.sh runs both and writes the table.
 // The framework name says which decode path ran: retort (the fused decode kernels, ops::decode_fusion, and CUDA
 // graphs), with -unfused when RETORT_DECODE_FUSED=0, -no-pdl when RETORT_DECODE_PDL=0 (programmatic dependent launch
 // off), -lanes-attention when RETORT_DECODE_ATTENTION=lanes (the CUDA-core cache attention instead of the
@@ -19,6 +20,7 @@
 #include <random>
 
 #include "bench/harness/json_lines.h"
+#include "bench/harness/model_family.h"
 #include "bench/harness/rank_device.h"
 #include "bench/harness/sample_stats.h"
 #include "core/kernels/decode_kernels.h"
@@ -59,11 +61,13 @@ int main(int argc, char** argv) {
   app.add_option("--layers", config.n_layer)->capture_default_str();
   app.add_option("--heads", config.n_head)->capture_default_str();
   app.add_option("--embd", config.n_embd)->capture_default_str();
+  bench::add_family_options(app, config);
   app.add_option("--json", json_path, "append one JSON object per batch size to this file");
   CLI11_PARSE(app, argc, argv);
   // RETORT_LOG_LEVEL=debug shows whether (and why not) the decode step was captured in a CUDA graph.
   if (const char* level = std::getenv("RETORT_LOG_LEVEL")) setup_logging({.level = parse_log_level(level)});
 
+  bench::apply_family_architecture(config);
   const Device device = Device::parse(device_text);
   GptModel model(config);
   model.to(device);

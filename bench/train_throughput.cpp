@@ -20,6 +20,7 @@
 
 #include "bench/harness/host_clock.h"
 #include "bench/harness/json_lines.h"
+#include "bench/harness/model_family.h"
 #include "bench/harness/pool_meter.h"
 #include "bench/harness/rank_device.h"
 #include "bench/harness/rank_reduction.h"
@@ -51,11 +52,7 @@ int main(int argc, char** argv) {
   app.add_option("--layers", config.n_layer);
   app.add_option("--heads", config.n_head);
   app.add_option("--embd", config.n_embd);
-  // The Llama family (RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases): --family llama with its sizes.
-  app.add_option("--family", config.family, "gpt | llama | qwen2 | qwen3");
-  app.add_option("--kv-heads", config.n_kv_head, "key/value heads (Llama family; 0: --heads)");
-  app.add_option("--intermediate", config.intermediate_size, "SwiGLU width (Llama family)");
-  app.add_option("--rope-theta", config.rope.theta, "RoPE base (Llama family)");
+  bench::add_family_options(app, config);
   bool untied = false;
   app.add_flag("--untied", untied, "a separate LM head");
   app.add_option("--warmup", warmup);
@@ -80,12 +77,7 @@ int main(int argc, char** argv) {
     profile_ops = true;
 
   config.tie_weights = !untied;
-  if (config.llama_family()) {
-    config.norm = "rmsnorm";
-    config.bias = false;
-    config.qkv_bias = config.family == "qwen2";
-    config.qk_norm = config.family == "qwen3";
-  }
+  bench::apply_family_architecture(config);
   Device device = Device::parse(device_text);
   const LaunchEnv env = read_launch_env();
   std::shared_ptr<Communicator> tp_group;

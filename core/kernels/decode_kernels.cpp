@@ -17,11 +17,6 @@ using dispatch::same_device;
 
 namespace {
 
-// The normed rows of one CUDA-core launch (8 rows at most) live in the GPU kernel's shared memory: at most this many
-// bytes (a block of the kernel still fits an SM of every GPU retort builds for, with room for a second one on Hopper).
-// The tensor-core kernel stages rows that do not fit its shared memory in chunks.
-constexpr int64_t kSmallMSharedBytes = 96 * 1024;
-
 void vector_of(const Tensor& t, int64_t n, DType dtype, const char* what, const char* op) {
   if (!t.defined()) return;
   RETORT_CHECK(t.ndim() == 1 && t.size(0) == n && t.dtype() == dtype, "{}: {} {} should be {}[{}]", op, what,
@@ -52,7 +47,7 @@ void set_decode_dependent_launch_enabled(bool enabled) {
 
 bool small_m_linear_fits(int64_t rows, int64_t in_features, DType dtype) {
   return rows >= 1 && rows <= kSmallMMaxRows && in_features >= 1 &&
-         std::min<int64_t>(rows, 8) * in_features * static_cast<int64_t>(dtype_size(dtype)) <= kSmallMSharedBytes;
+         in_features * static_cast<int64_t>(dtype_size(dtype)) <= kSmallMSharedBytes;
 }
 
 void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,

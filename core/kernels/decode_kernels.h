@@ -34,11 +34,15 @@ enum class LinearEpilogue {
 };
 
 // The rows small_m_linear takes; more rows go through the ordinary products. On the GPU, bf16 rows past 4 run on the
-// tensor cores (K a multiple of 32, one launch); other rows past 8 go in launches of 8 rows on the CUDA cores.
+// tensor cores (K a multiple of 32, one launch, rows staged in chunks of K); other rows go to the CUDA-core kernel,
+// which holds its normed rows in shared memory: up to 8 rows a launch, as many as fit kSmallMSharedBytes.
 constexpr int64_t kSmallMMaxRows = 32;
+// The CUDA-core kernel's normed rows of one launch: at most this many bytes (a block still fits an SM of every GPU
+// retort builds for, with room for a second one on Hopper).
+constexpr int64_t kSmallMSharedBytes = 96 * 1024;
 
 // Whether small_m_linear takes `rows` input rows of `in_features` values of `dtype`: rows in [1, kSmallMMaxRows]
-// and 8 normed rows fit the CUDA-core kernel's shared memory.
+// and one normed row fits the CUDA-core kernel's shared memory (49,152 bf16 values, 24,576 float32 ones).
 bool small_m_linear_fits(int64_t rows, int64_t in_features, DType dtype);
 
 // x [M, K]; weight [N, K]; bias [N] or undefined; weight2 / bias2 like weight / bias (SwiGlu only, else undefined);

@@ -49,10 +49,12 @@ bool decode_fusion_allows(Device device, DType compute_dtype) {
   return false;
 }
 
-bool decode_fusion_applies(const Tensor& x, DType compute_dtype) {
+bool decode_fusion_applies(const Tensor& x, DType compute_dtype, int64_t widest_input) {
   if (!x.defined() || x.ndim() < 1 || !decode_fusion_allows(x.device(), compute_dtype)) return false;
   const int64_t K = x.size(-1);
-  return K > 0 && x.numel() / K <= max_fused_rows() && kernels::small_m_linear_fits(x.numel() / K, K, compute_dtype);
+  if (K <= 0) return false;
+  const int64_t rows = x.numel() / K;
+  return rows <= max_fused_rows() && kernels::small_m_linear_fits(rows, std::max(K, widest_input), compute_dtype);
 }
 
 Tensor small_m_linear(const Tensor& x, const kernels::RowNorm& norm, const Tensor& weight, const Tensor& bias,

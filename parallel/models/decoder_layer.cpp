@@ -1,5 +1,7 @@
 #include "parallel/models/decoder_layer.h"
 
+#include <algorithm>
+
 #include "core/autograd/engine.h"
 #include "core/autograd/grad_mode.h"
 #include "core/ops/decode_ops.h"
@@ -152,7 +154,9 @@ ResidualStream DecoderLayer::forward_stream(const ResidualStream& in, const Tens
 ResidualStream DecoderLayer::forward_cached(const ResidualStream& in, const Tensor& positions, const Tensor& inv_freq,
                                             generate::KvCache& cache, int64_t layer, const Tensor& starts,
                                             DType compute_dtype) const {
-  if (!tp::is_distributed(group_) && k_proj_ && v_proj_ && ops::decode_fusion_applies(in.x, compute_dtype))
+  // The attention output and the MLP's down projection read wider rows than x: they must fit one launch too.
+  const int64_t widest = std::max(o_proj_->weight().size(1), down_proj_->weight().size(1));
+  if (!tp::is_distributed(group_) && k_proj_ && v_proj_ && ops::decode_fusion_applies(in.x, compute_dtype, widest))
     return forward_cached_fused(in, positions, inv_freq, cache, layer, starts, compute_dtype);
   return around_attention(in, positions, inv_freq, compute_dtype, [&](const Projected& p) {
     return ops::attention_with_kv_cache(p.q, p.k, p.v, cache.keys(layer), cache.values(layer), starts,

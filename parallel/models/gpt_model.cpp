@@ -99,7 +99,8 @@ ResidualStream GptBlock::forward_stream(const ResidualStream& in, DType compute_
 
 ResidualStream GptBlock::forward_cached(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
                                         const Tensor& starts, DType compute_dtype) const {
-  if (!distributed_ && ops::decode_fusion_applies(in.x, compute_dtype))
+  // The MLP's projection reads rows 4x wider than x: they must fit one launch too.
+  if (!distributed_ && ops::decode_fusion_applies(in.x, compute_dtype, mlp_proj_->weight().size(1)))
     return forward_cached_fused(in, cache, layer, starts, compute_dtype);
   return around_attention(in, compute_dtype, [&](const Tensor& qkv) {
     return ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts,

@@ -627,12 +627,14 @@ void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, 
   p.eps = norm.eps;
   const bool dependent = decode_dependent_launch_enabled() && dependent_launch_supported();
   if (mma_takes(p, x.dtype(), vectorizable(p))) return launch_mma(p, dependent);
-  // The CUDA-core kernels take 8 rows a launch: more rows (f32, or rows the tensor-core kernel does not take) go in
-  // groups of 8, each a launch of its own.
+  // The CUDA-core kernels take up to 8 rows a launch, as many as fit kSmallMSharedBytes (small_m_linear_fits checked
+  // that one does): more rows (f32, or rows the tensor-core kernel does not take) go in groups, a launch each.
   const size_t element = dtype_size(x.dtype());
-  for (int64_t first = 0; first < M; first += kWarps) {
+  const int64_t group =
+      std::clamp<int64_t>(kSmallMSharedBytes / (K * static_cast<int64_t>(element)), 1, static_cast<int64_t>(kWarps));
+  for (int64_t first = 0; first < M; first += group) {
     Params g = p;
-    g.rows = std::min<int64_t>(kWarps, M - first);
+    g.rows = std::min<int64_t>(group, M - first);
     g.x = static_cast<const char*>(p.x) + first * K * element;
     g.out = static_cast<char*>(p.out) + first * N * element;
     if (p.residual) g.residual = static_cast<const char*>(p.residual) + first * N * element;

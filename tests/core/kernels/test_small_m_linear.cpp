@@ -236,6 +236,13 @@ TEST(SmallMLinear, MatchesFloat64MathOnGpu) {
   Case ragged{20, 512, 130, RowNormKind::RmsNorm};
   ragged.epilogue = LinearEpilogue::Residual;
   for (const Case& c : {chunked, chunked_dual, ragged}) cases.push_back(c);
+  // A Llama-3.2-1B MLP's down projection (K 8192) at 5, 7, 8 and 16 rows: bf16 on the tensor cores; f32 on the CUDA
+  // cores in launches of as many rows as fit their shared memory (3 of 8192 floats: groups of 3, 3 and 1 at 7 rows).
+  for (int64_t M : {5, 7, 8, 16}) {
+    Case wide{M, 8192, 72};
+    wide.epilogue = LinearEpilogue::Residual;
+    cases.push_back(wide);
+  }
   // One input row with every prologue and epilogue where a warp owns a weight row (the kernel that norms the row in
   // registers), at 1 and 3 packs a lane.
   for (int64_t K : {256, 768}) {
@@ -274,6 +281,12 @@ TEST(SmallMLinear, MatchesFloat64MathOnGpu) {
 TEST(SmallMLinear, RowsPastTheLimitAreNotTaken) {
   EXPECT_TRUE(kernels::small_m_linear_fits(8, 3072, DType::BF16));
   EXPECT_TRUE(kernels::small_m_linear_fits(32, 3072, DType::BF16));
+  // One row of the widest input must fit the CUDA-core kernel's shared memory: 49,152 bf16 values, 24,576 floats.
+  EXPECT_TRUE(kernels::small_m_linear_fits(16, 8192, DType::BF16));
+  EXPECT_TRUE(kernels::small_m_linear_fits(32, 49152, DType::BF16));
+  EXPECT_FALSE(kernels::small_m_linear_fits(1, 49153, DType::BF16));
+  EXPECT_TRUE(kernels::small_m_linear_fits(8, 24576, DType::F32));
+  EXPECT_FALSE(kernels::small_m_linear_fits(1, 24577, DType::F32));
   EXPECT_FALSE(kernels::small_m_linear_fits(33, 64, DType::BF16));
   EXPECT_FALSE(kernels::small_m_linear_fits(0, 64, DType::BF16));
   EXPECT_FALSE(kernels::small_m_linear_fits(8, 1 << 16, DType::BF16));

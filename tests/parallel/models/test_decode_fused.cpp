@@ -22,6 +22,7 @@
 
 #include "core/autograd/grad_mode.h"
 #include "core/kernels/decode_kernels.h"
+#include "core/ops/decode_ops.h"
 #include "core/ops/fusion.h"
 #include "core/profile/op_profiler.h"
 #include "parallel/generate/generator.h"
@@ -154,6 +155,26 @@ TEST(DecodeFused, AStepDispatchesOnlyTheFusedKernels) {
   GptModel model(gpt_config(true, true));
   model.initialize(3);
   EXPECT_EQ(step_dispatches(model, DType::F32).count("small_m_linear"), 0u);
+}
+
+// A layer whose later products read rows too wide for one fused launch (here the MLP's down projection, 24,608 floats
+// against the CUDA-core kernel's 24,576) decodes on the unfused path instead of failing; the LM head, which reads
+// x's width, stays fused.
+TEST(DecodeFused, LayersTooWideForOneLaunchTakeTheUnfusedPath) {
+  const DecodeFusionScope everywhere(DecodeFusion::Everywhere);
+  const Tensor x = Tensor::zeros({4, 1, 32});
+  EXPECT_TRUE(ops::decode_fusion_applies(x, DType::F32));
+  EXPECT_TRUE(ops::decode_fusion_applies(x, DType::F32, 24576));
+  EXPECT_FALSE(ops::decode_fusion_applies(x, DType::F32, 24577));
+  EXPECT_TRUE(ops::decode_fusion_applies(x, DType::BF16, 24577));  // half the bytes a value
+  GptConfig config = llama_config("llama");
+  config.n_layer = 1;
+  config.intermediate_size = 24608;
+  GptModel model(config);
+  model.initialize(3);
+  const auto calls = step_dispatches(model, DType::F32);
+  EXPECT_EQ(calls.count("small_m_linear") ? calls.at("small_m_linear") : 0, 1);  // the head
+  EXPECT_EQ(calls.count("swiglu_forward") ? calls.at("swiglu_forward") : 0, 1);
 }
 
 TEST(DecodeFused, LogitsFollowTheUnfusedPathOnCpu) {

@@ -10,22 +10,35 @@
 namespace retort::ops {
 namespace {
 
-// The rows up to which a decode step takes the fused products by default. At GPT-2 small's shape (bf16, CUDA graphs)
-// the fused step on the CUDA-core kernel is 1.52x the unfused one at 1 row, 1.35x at 2, 1.04x at 4 (H100,
-// bench/results/2026-11-26-h100-decode-fused/run2); past 4 rows the products run on the tensor cores, 1.15x the
-// unfused step at 8 rows, 1.07x at 16 and 0.84x at 32 (H200, bench/results/2026-11-26-decode-mma/run29): at 32 rows
-// every block of the kernel stages and norms all the rows again, and cuBLAS's tiles win.
+// The rows up to which a decode step takes the fused products by default, by the model's width (x's K). At GPT-2
+// small's shape (width 768; bf16, CUDA graphs) the fused step on the CUDA-core kernel is 1.52x the unfused one at 1
+// row, 1.35x at 2, 1.04x at 4 (H100, bench/results/2026-11-26-h100-decode-fused/run2); past 4 rows the products run on
+// the tensor cores, 1.15x the unfused step at 8 rows, 1.07x at 16 and 0.84x at 32 (H200,
+// bench/results/2026-11-26-decode-mma/run29): at 32 rows every block of the kernel stages and norms all the rows
+// again, and cuBLAS's tiles win. At a Llama-3.2-1B shape (width 2048, SwiGLU 8192, vocabulary 128,256) the fused step
+// ties at 1 row (1.319 against 1.326 ms) and loses from 2 rows on (1.449 against 1.333 ms at 2, 1.994 against 1.426
+// at 16; H200, bench/results/2026-11-26-decode-attention-mma/run62.sh): each block norms rows 2.7x as long, and the
+// SwiGLU kernel streams two weights.
 constexpr int64_t kDefaultMaxFusedRows = 16;
+constexpr int64_t kWideModelMaxFusedRows = 1;
+constexpr int64_t kWideModel = 1024;  // widths above this are "wide"
 
-// The rows up to which a decode step takes the fused products (at most kernels::kSmallMMaxRows, what
-// small_m_linear takes): RETORT_DECODE_FUSED_MAX_ROWS in the environment, else kDefaultMaxFusedRows.
-int64_t max_fused_rows() {
+// RETORT_DECODE_FUSED_MAX_ROWS in the environment (clamped to [0, kernels::kSmallMMaxRows], what small_m_linear
+// takes), or -1 when unset.
+int64_t max_fused_rows_from_environment() {
   static const int64_t rows = [] {
     const char* value = std::getenv("RETORT_DECODE_FUSED_MAX_ROWS");
-    const int64_t parsed = value ? std::strtoll(value, nullptr, 10) : kDefaultMaxFusedRows;
-    return std::clamp<int64_t>(parsed, 0, kernels::kSmallMMaxRows);
+    if (value == nullptr) return int64_t{-1};
+    return std::clamp<int64_t>(std::strtoll(value, nullptr, 10), 0, kernels::kSmallMMaxRows);
   }();
   return rows;
+}
+
+// The rows up to which a decode step of a model `width` wide takes the fused products.
+int64_t max_fused_rows(int64_t width) {
+  const int64_t chosen = max_fused_rows_from_environment();
+  if (chosen >= 0) return chosen;
+  return width > kWideModel ? kWideModelMaxFusedRows : kDefaultMaxFusedRows;
 }
 
 void check_inference(std::initializer_list<const Tensor*> tensors, const char* op) {
@@ -54,7 +67,7 @@ bool decode_fusion_applies(const Tensor& x, DType compute_dtype, int64_t widest_
   const int64_t K = x.size(-1);
   if (K <= 0) return false;
   const int64_t rows = x.numel() / K;
-  return rows <= max_fused_rows() && kernels::small_m_linear_fits(rows, std::max(K, widest_input), compute_dtype);
+  return rows <= max_fused_rows(K) && kernels::small_m_linear_fits(rows, std::max(K, widest_input), compute_dtype);
 }
 
 Tensor small_m_linear(const Tensor& x, const kernels::RowNorm& norm, const Tensor& weight, const Tensor& bias,

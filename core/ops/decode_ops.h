@@ -10,8 +10,9 @@ namespace retort::ops {
 
 // Whether a decode step over the rows x [..., K] in `compute_dtype` takes the fused ops: the switch (fusion.h) allows
 // x's device and dtype (Gpu: CUDA and bf16; Everywhere: any device and floating dtype) and the rows fit one launch
-// (kernels::small_m_linear_fits), at most 16 rows (where the fused step was measured faster than the unfused one) or
-// RETORT_DECODE_FUSED_MAX_ROWS (0 to 32) when set. `widest_input`: the widest input of the step's later products
+// (kernels::small_m_linear_fits), at most 16 rows for a model up to 1024 wide (K) and 1 row for a wider one (where the
+// fused step was measured faster than the unfused one, or as fast), or RETORT_DECODE_FUSED_MAX_ROWS (0 to 32) when
+// set. `widest_input`: the widest input of the step's later products
 // (the MLP's down projection), whose rows must fit one launch too; 0 when none is wider than K.
 bool decode_fusion_applies(const Tensor& x, DType compute_dtype, int64_t widest_input = 0);
 // The same without the rows' limit: for embedding_sum, which computes exactly what the separate lookups, add and

@@ -159,14 +159,19 @@ TEST(DecodeFused, AStepDispatchesOnlyTheFusedKernels) {
 
 // A layer whose later products read rows too wide for one fused launch (here the MLP's down projection, 24,608 floats
 // against the CUDA-core kernel's 24,576) decodes on the unfused path instead of failing; the LM head, which reads
-// x's width, stays fused.
-TEST(DecodeFused, LayersTooWideForOneLaunchTakeTheUnfusedPath) {
+// x's width, stays fused. A model wider than 1024 fuses single rows only.
+TEST(DecodeFused, WideRowsAndWideModelsTakeTheUnfusedPath) {
   const DecodeFusionScope everywhere(DecodeFusion::Everywhere);
   const Tensor x = Tensor::zeros({4, 1, 32});
   EXPECT_TRUE(ops::decode_fusion_applies(x, DType::F32));
   EXPECT_TRUE(ops::decode_fusion_applies(x, DType::F32, 24576));
   EXPECT_FALSE(ops::decode_fusion_applies(x, DType::F32, 24577));
   EXPECT_TRUE(ops::decode_fusion_applies(x, DType::BF16, 24577));  // half the bytes a value
+  // Up to 16 rows for a model up to 1024 wide, 1 row for a wider one (measured: docs/benchmarks.md).
+  EXPECT_TRUE(ops::decode_fusion_applies(Tensor::zeros({16, 1, 1024}), DType::F32));
+  EXPECT_FALSE(ops::decode_fusion_applies(Tensor::zeros({17, 1, 1024}), DType::F32));
+  EXPECT_TRUE(ops::decode_fusion_applies(Tensor::zeros({1, 1, 2048}), DType::F32));
+  EXPECT_FALSE(ops::decode_fusion_applies(Tensor::zeros({2, 1, 2048}), DType::F32));
   GptConfig config = llama_config("llama");
   config.n_layer = 1;
   config.intermediate_size = 24608;

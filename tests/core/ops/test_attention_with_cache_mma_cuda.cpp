@@ -22,10 +22,21 @@ namespace {
 #define SKIP_WITHOUT_GPU() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
-// RETORT_DECODE_ATTENTION=value while in scope.
+// RETORT_DECODE_ATTENTION=value while in scope; the value before (or its absence) afterwards.
 struct DecodeKernel {
-  explicit DecodeKernel(const char* value) { setenv("RETORT_DECODE_ATTENTION", value, 1); }
-  ~DecodeKernel() { unsetenv("RETORT_DECODE_ATTENTION"); }
+  explicit DecodeKernel(const char* value) {
+    if (const char* before = std::getenv(kName)) previous = before, had_previous = true;
+    setenv(kName, value, 1);
+  }
+  ~DecodeKernel() {
+    if (had_previous)
+      setenv(kName, previous.c_str(), 1);
+    else
+      unsetenv(kName);
+  }
+  static constexpr const char* kName = "RETORT_DECODE_ATTENTION";
+  std::string previous;
+  bool had_previous = false;
 };
 
 struct Case {

@@ -152,13 +152,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   // the cache, which a prefetch never leaves); the one the attention uses is read after the wait.
   if (h % group == 0 && t == 0 && (D * static_cast<int64_t>(sizeof(T))) % 16 == 0) {
     const int64_t cached = min(max(static_cast<int64_t>(starts[b]), int64_t{0}), cap);
-    const int64_t bytes = cached * D * static_cast<int64_t>(sizeof(T));
-    constexpr int64_t kPiece = 32 * 1024;
-    for (int64_t at = threadIdx.x * kPiece; at < bytes; at += blockDim.x * kPiece) {
-      const uint32_t piece = static_cast<uint32_t>(min(kPiece, bytes - at));
-      prefetch_l2(reinterpret_cast<const char*>(keys) + at, piece);
-      prefetch_l2(reinterpret_cast<const char*>(values) + at, piece);
-    }
+    prefetch_pair_l2(keys, values, cached * D * static_cast<int64_t>(sizeof(T)));
   }
   wait_for_prerequisites();
   const int64_t start = starts[b];

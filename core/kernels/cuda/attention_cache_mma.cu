@@ -89,16 +89,8 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
 
   // While the q|k|v product before this kernel runs: move this head's cached rows towards L2 (one thread per
   // 32 KiB; the row count read here only sizes the prefetch, which never leaves the cache).
-  {
-    const int64_t cached = min(max(static_cast<int64_t>(a.starts[b]), int64_t{0}), a.cap);
-    const int64_t bytes = cached * kHead * static_cast<int64_t>(sizeof(bf16));
-    constexpr int64_t kPiece = 32 * 1024;
-    for (int64_t at = threadIdx.x * kPiece; at < bytes; at += blockDim.x * kPiece) {
-      const uint32_t piece = static_cast<uint32_t>(min(kPiece, bytes - at));
-      prefetch_l2(reinterpret_cast<const char*>(keys) + at, piece);
-      prefetch_l2(reinterpret_cast<const char*>(values) + at, piece);
-    }
-  }
+  const int64_t cached = min(max(static_cast<int64_t>(a.starts[b]), int64_t{0}), a.cap);
+  prefetch_pair_l2(keys, values, cached * kHead * static_cast<int64_t>(sizeof(bf16)));
   wait_for_prerequisites();
   const int start = a.starts[b];
 

@@ -59,10 +59,9 @@ void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, 
 // Ids out of range throw (CPU) or are reported by a device-side check (CUDA), as in embedding_forward.
 void embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2, const Tensor& ids2, Tensor& out);
 
-// Programmatic dependent launch of the small-m kernels, the cache attention and the norms' forward on the GPU (on by
-// default; RETORT_DECODE_PDL=0 turns it off): each kernel may start while the one before it finishes, prefetches its
-// weights into L2 (the small-m kernels, the attention) and waits for the earlier results only where it reads them.
-// Results are the same either way.
+// Programmatic dependent launch of the small-m kernels on the GPU (on by default; RETORT_DECODE_PDL=0 turns it off):
+// each kernel may start while the one before it finishes, prefetches its weights into L2 and waits for the earlier
+// results only where it reads them. Results are the same either way.
 bool decode_dependent_launch_enabled();
 void set_decode_dependent_launch_enabled(bool enabled);
 

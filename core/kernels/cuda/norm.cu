@@ -11,12 +11,7 @@
 // row's sum x + r (rounded to the storage dtype) and then normalises the stored sum, reading it back in the same
 // thread-to-element order it was written in; the backward adds the residual stream's gathered gradient to dx
 // before its one rounding.
-// On Hopper the forward is launched as a programmatic dependent of the kernel before it (dependent_launch.cuh): its
-// blocks are scheduled while that kernel drains and wait for it before they read anything, which takes a launch's
-// latency off each of the many small norms of a decode step (RETORT_DECODE_PDL=0 launches them the ordinary way).
 #include "core/kernels/backends.h"
-#include "core/kernels/cuda/dependent_launch.cuh"
-#include "core/kernels/decode_kernels.h"
 
 namespace retort::kernels::cuda {
 namespace {
@@ -29,8 +24,6 @@ template <typename T, typename W, bool kRms, bool kVec>
 __global__ void norm_forward_kernel(const T* x, const T* residual, T* sum, const W* weight, const W* bias, T* y,
                                     float* mean, float* rstd, int64_t rows, int64_t cols, float eps) {
   __shared__ float scratch[32];
-  allow_dependents();  // a kernel launched after this one as its dependent waits for it before reading
-  wait_for_prerequisites();
   const float inv_cols = 1.f / static_cast<float>(cols);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * cols;
@@ -250,16 +243,15 @@ void norm_forward(const Tensor& x, const Tensor& residual, Tensor& sum, const Te
       rows_vectorizable(x.raw_data(), cols) && rows_vectorizable(y.raw_data(), cols) && aligned16(weight.raw_data()) &&
       (!bias.defined() || aligned16(bias.raw_data())) &&
       (!fused || (rows_vectorizable(residual.raw_data(), cols) && rows_vectorizable(sum.raw_data(), cols)));
-  const bool dependent = decode_dependent_launch_enabled() && dependent_launch_supported();
   dispatch_float(x.dtype(), op, [&](auto tx) {
     dispatch_float(weight.dtype(), op, [&](auto tw) {
       using T = typename decltype(tx)::type;
       using W = typename decltype(tw)::type;
       auto kernel = vec ? norm_forward_kernel<T, W, kRms, true> : norm_forward_kernel<T, W, kRms, false>;
-      launch_dependent(kernel, dim3(row_grid(rows)), dim3(row_threads(cols, kMaxThreads)), 0, rc::current_stream(),
-                       dependent, x.data<T>(), fused ? residual.data<T>() : nullptr, fused ? sum.data<T>() : nullptr,
-                       weight.data<W>(), bias.defined() ? bias.data<W>() : nullptr, y.data<T>(),
-                       mean ? mean->data<float>() : nullptr, rstd.data<float>(), rows, cols, eps);
+      kernel<<<row_grid(rows), row_threads(cols, kMaxThreads), 0, rc::current_stream()>>>(
+          x.data<T>(), fused ? residual.data<T>() : nullptr, fused ? sum.data<T>() : nullptr, weight.data<W>(),
+          bias.defined() ? bias.data<W>() : nullptr, y.data<T>(), mean ? mean->data<float>() : nullptr,
+          rstd.data<float>(), rows, cols, eps);
       RETORT_CUDA_CHECK_LAUNCH();
     });
   });

@@ -5,9 +5,10 @@
 // The decode step's attention over a bf16 key/value cache on the tensor cores: one block per row and key/value head
 // attends all its query heads and new positions at once (up to 16 query rows), reading each cached key and value
 // once. The CUDA-core decode kernel (attention_cache.cu) spends about 15 warp instructions a key on conversions,
-// shuffle reductions and per-key softmax updates; here a warp takes 16 keys at a time in 16 + 2 * D / 8 products
-// (m16n8k16) and about 60 other instructions, so a step of the GPT-2-sized model at batch 32 runs a third of the
-// instructions.
+// shuffle reductions and per-key softmax updates; here a warp takes 16 keys at a time in 3 D / 8 products
+// (m16n8k16: D / 8 for S, twice D / 8 for O) and about 60 other instructions, half the CUDA-core kernel's count at
+// GPT-2 small's batch-32 step. There both kernels wait on a few memory round trips and run as fast
+// (docs/benchmarks.md); with grouped-query heads this one reads each cached key once per group, not once per head.
 //
 // The operands come from global memory straight into the products' register layouts, without shared memory:
 //   S = Q K^T   Q's rows are the queries (row g of the fragment is query row g; 8 more when there are 16), K^T's

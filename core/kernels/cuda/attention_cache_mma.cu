@@ -52,18 +52,11 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(kFull, v, 1));
-  return fmaxf(v, __shfl_xor_sync(kFull, v, 2));
-}
-
 // Two weights as bf16 hi parts and the bf16 rounding of what the hi parts miss.
 __device__ __forceinline__ void split_bf16(float p0, float p1, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(p0, p1);
-  hi = *reinterpret_cast<const uint32_t*>(&h);
+  hi = ptx::pack_bf16(p0, p1);
   const float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
-  const __nv_bfloat162 l = __floats2bfloat162_rn(p0 - h0, p1 - h1);
-  lo = *reinterpret_cast<const uint32_t*>(&l);
+  lo = ptx::pack_bf16(p0 - h0, p1 - h1);
 }
 
 // kHead: 64 or 128. kRows16: more than 8 query rows (the fragment's rows g + 8 in use). kPrefetch: the next tile's
@@ -195,11 +188,11 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
         top_lo = fmaxf(top_lo, s[half][e]);
         top_hi = fmaxf(top_hi, s[half][2 + e]);
       }
-    top_lo = quad_max(top_lo);
+    top_lo = ptx::quad_max(top_lo);
     float scale_lo = 1.f, scale_hi = 1.f;  // exp2(old maximum - new): 0 on a row's first keys
     if (top_lo > m_lo + kLazyRescale) scale_lo = ptx::exp2_ftz(m_lo - top_lo), m_lo = top_lo;
     if constexpr (kRows16) {
-      top_hi = quad_max(top_hi);
+      top_hi = ptx::quad_max(top_hi);
       if (top_hi > m_hi + kLazyRescale) scale_hi = ptx::exp2_ftz(m_hi - top_hi), m_hi = top_hi;
     }
     if (__any_sync(kFull, scale_lo != 1.f || scale_hi != 1.f)) {
@@ -246,10 +239,8 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
   }
 
   // Merge the warps: each writes its rows' maximum, sum and unnormalised output.
-  l_lo += __shfl_xor_sync(kFull, l_lo, 1);
-  l_lo += __shfl_xor_sync(kFull, l_lo, 2);
-  l_hi += __shfl_xor_sync(kFull, l_hi, 1);
-  l_hi += __shfl_xor_sync(kFull, l_hi, 2);
+  l_lo = ptx::quad_sum(l_lo);
+  l_hi = ptx::quad_sum(l_hi);
   const auto stash = [&](int r, float m_r, float l_r, int first) {
     if (r >= rows) return;
     if (c == 0) s_m[warp][r] = m_r, s_l[warp][r] = l_r;

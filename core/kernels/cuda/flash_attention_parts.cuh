@@ -10,6 +10,9 @@
 namespace retort::kernels::cuda::flash {
 
 using bf16 = __nv_bfloat16;
+using ptx::pack_bf16;
+using ptx::quad_max;
+using ptx::quad_sum;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -66,12 +69,6 @@ __device__ __forceinline__ void add_dq_pairs(const float (&dq)[kCols / 8][4], fl
     if (ok_g) atomicAdd(reinterpret_cast<float2*>(row_g + n * 8 + 2 * tig), make_float2(dq[n][0], dq[n][1]));
     if (ok_g8) atomicAdd(reinterpret_cast<float2*>(row_g8 + n * 8 + 2 * tig), make_float2(dq[n][2], dq[n][3]));
   }
-}
-
-// Two floats as a bf16 pair, the first in the low half (the lower column of an mma fragment).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 // The C fragments of two adjacent 16x8 products (columns 16 kk .. 16 kk + 15 of a 16-row block) as the A fragment
@@ -132,16 +129,6 @@ __device__ __forceinline__ void store_dk_dv(const BackwardArgs& a, const float (
       *reinterpret_cast<uint32_t*>(dv_dst + n * 8) = pack_bf16(dv[n][2 * r], dv[n][2 * r + 1]);
     }
   }
-}
-
-// Max and sum over the 4 lanes of a quad: the lanes holding one row of an mma fragment.
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 // The wgmma kernels (flash_attention_wgmma.cu) for head size D over B batches (and KV key/value heads), when this

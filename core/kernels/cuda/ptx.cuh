@@ -1,7 +1,9 @@
 #pragma once
 // PTX wrappers of the tensor-core kernels (flash attention, small_m_linear_mma.cu, attention_cache_mma.cu):
 // asynchronous 16- and 4-byte copies from global to shared memory, ldmatrix, the bf16 mma.sync m16n8k16 with float32
-// accumulation, and the special-function unit's 2^x.
+// accumulation, the special-function unit's 2^x, and the register helpers of mma fragments.
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 namespace retort::kernels::cuda::ptx {
@@ -53,6 +55,22 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// Two floats as a bf16 pair, the first in the low half (the lower column of an mma fragment).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Max and sum over the 4 lanes of a quad: the lanes holding one row of an mma fragment.
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 }  // namespace retort::kernels::cuda::ptx

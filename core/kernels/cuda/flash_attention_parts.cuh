@@ -99,9 +99,9 @@ struct BackwardWalk {
 // and Dvec. Rows past T load as zeros.
 template <int D, int kQueryRows, class LoadRows>
 __device__ __forceinline__ void load_backward_step(const BackwardArgs& a, const BackwardWalk& walk, int i, int b,
-                                                   int64_t row0, bf16* sq, bf16* sdo, float* slse, float* sdvec,
-                                                   LoadRows load_rows) {
-  const int h = walk.head(i), q0 = walk.first_query(i, kQueryRows), stage = i & 1;
+                                                   int64_t row0, int stage, bf16* sq, bf16* sdo, float* slse,
+                                                   float* sdvec, LoadRows load_rows) {
+  const int h = walk.head(i), q0 = walk.first_query(i, kQueryRows);
   load_rows(sq + stage * kQueryRows * D, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride, a.T - q0);
   load_rows(sdo + stage * kQueryRows * D, a.dout + (row0 + q0) * a.dout_stride + h * D, a.dout_stride, a.T - q0);
   const int64_t vec0 = (static_cast<int64_t>(b) * a.H + h) * a.T + q0;

@@ -243,16 +243,104 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
 // Backward (the recomputation of FlashAttention-2, as the mma.sync kernel in flash_attention.cu) on warpgroup
 // products. One CTA of kGroups warpgroups holds 64 kGroups keys of one key/value head, 64 a warpgroup (two; or one
 // at head size 64, where three CTAs then share a multiprocessor and no barrier ties warpgroups together), and walks
-// every 64-row
-// query tile at or below the diagonal of every query head of its group. Per tile, each warpgroup for its 64 keys:
-// S^T = K Q^T and dP^T = V dO^T (both operands in shared memory, K-major); P^T = exp2(S^T scale - lse) masked,
-// dS^T = P^T (dP^T - Dvec) in registers; dV += P^T dO and dK += dS^T Q with P^T and dS^T as register A operands and
-// dO, Q read MN-major, accumulating in registers over the whole walk. dS^T goes to shared memory ([key][query]) for
-// dQ = dS K over the CTA's keys (dS read MN-major as A, K MN-major as B), each warpgroup taking D / kGroups of the
-// columns, added into the float32 dQ buffer with atomics while the next step's first products run (the copy
-// engine's bulk reductions of each row through shared memory were slower: docs/benchmarks.md). Q, dO, lse and Dvec
-// are double-buffered with cp.async.
+// every 64-row query tile at or below the diagonal of every query head of its group. Per tile, each warpgroup for its
+// 64 keys: S^T = K Q^T and dP^T = V dO^T (both operands in shared memory, K-major); P^T = exp2(S^T scale - lse)
+// masked, dS^T = P^T (dP^T - Dvec) in registers; dV += P^T dO and dK += dS^T Q with P^T and dS^T as register A
+// operands and dO, Q read MN-major, accumulating in registers over the whole walk. dS^T goes to shared memory
+// ([key][query]) for dQ = dS K over the CTA's keys (dS read MN-major as A, K MN-major as B), each warpgroup taking
+// D / kGroups of the columns, added into the float32 dQ buffer with atomics while the next step's first products run
+// (the copy engine's bulk reductions of each row through shared memory were slower: docs/benchmarks.md).
+//
+// Two schedules. The lockstep one (wgmma_backward_kernel): Q, dO, lse and Dvec double-buffered with cp.async, and two
+// CTA barriers a step (the step's copies are in; dS^T is whole), so both warpgroups run their softmax at the same
+// time while the tensor cores wait. The pipelined one (wgmma_backward_pipelined_kernel, two warpgroups): three stages
+// whose arrival each thread's copies signal on a shared-memory barrier, dQ's product for step i - 1 issued at the
+// start of step i (so a warpgroup waits only for the other's half of dS^T from the step before, on a second pair of
+// barriers), and the warpgroups taking turns issuing each batch of products (the second after the first), so one's
+// softmax runs under the other's products.
 constexpr int kQueryRows = 64;  // query rows a backward tile
+
+#if defined(RETORT_WGMMA_AVAILABLE)
+// The phases of one backward step for one warpgroup, shared by both schedules.
+template <int D, int kKeyRows>
+struct BackwardStep {
+  // S^T = K Q^T and dP^T = V dO^T: panel kk / 4 of each operand, 32 bytes a step of 16 within a panel (not committed).
+  static __device__ __forceinline__ void scores(float (&s)[8][4], float (&dp)[8][4], uint64_t k_rows, uint64_t v_rows,
+                                                uint64_t q_k, uint64_t do_k) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off = (kk & 3) * 32;
+      wgmma::mma_ss(s, wgmma::advance(k_rows, (kk >> 2) * kKeyRows * 128 + off),
+                    wgmma::advance(q_k, (kk >> 2) * kQueryRows * 128 + off), kk > 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off = (kk & 3) * 32;
+      wgmma::mma_ss(dp, wgmma::advance(v_rows, (kk >> 2) * kKeyRows * 128 + off),
+                    wgmma::advance(do_k, (kk >> 2) * kQueryRows * 128 + off), kk > 0);
+    }
+  }
+  // P^T = exp2(S^T scale_log2 - lse log2 e), 0 where key > query; dS^T = P^T (dP^T - Dvec); both as A fragments.
+  static __device__ __forceinline__ void gradients(float (&s)[8][4], float (&dp)[8][4], uint32_t (&pa)[4][4],
+                                                   uint32_t (&dsa)[4][4], const float* slse_i, const float* sdvec_i,
+                                                   float scale_log2, bool masking, int key_row, int q0, int tig) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qc = n * 8 + 2 * tig + (e & 1);  // query column within the tile
+        float p = exp2_ftz(fmaf(s[n][e], scale_log2, -slse_i[qc] * kLog2e));
+        if (masking && key_row + (e >> 1) * 8 > q0 + qc) p = 0.f;
+        s[n][e] = p;
+        dp[n][e] = p * (dp[n][e] - sdvec_i[qc]);
+      }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      c_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
+      c_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
+    }
+  }
+  // dV += P^T dO and dK += dS^T Q over the tile's 64 queries (16 a step, rows 2048 bytes apart; not committed).
+  static __device__ __forceinline__ void key_gradients(float (&dv)[D / 8][4], float (&dk)[D / 8][4],
+                                                       const uint32_t (&pa)[4][4], const uint32_t (&dsa)[4][4],
+                                                       uint64_t do_mn, uint64_t q_mn) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma::mma_rs<wgmma::Major::MN>(dv, pa[kk], wgmma::advance(do_mn, kk * 2048), 1);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma::mma_rs<wgmma::Major::MN>(dk, dsa[kk], wgmma::advance(q_mn, kk * 2048), 1);
+  }
+  // dS^T rows kr (+ 8) of this warpgroup's block `rows`, query columns 16 kk + 2 tig (+ 8): the A fragment's layout.
+  static __device__ __forceinline__ void store_ds(bf16* rows, const uint32_t (&dsa)[4][4], int kr, int tig) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr, 16 * kk + 2 * tig)) = dsa[kk][0];
+      *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr + 8, 16 * kk + 2 * tig)) = dsa[kk][1];
+      *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr, 16 * kk + 8 + 2 * tig)) = dsa[kk][2];
+      *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr + 8, 16 * kk + 8 + 2 * tig)) = dsa[kk][3];
+    }
+  }
+  // dQ[64 x kHalf] = dS K over the CTA's keys: this warpgroup's share of the columns (not committed).
+  template <int kHalf>
+  static __device__ __forceinline__ void query_gradient(float (&dq)[kHalf / 8][4], uint64_t ds_desc, uint64_t k_cols) {
+#pragma unroll
+    for (int kk = 0; kk < kKeyRows / 16; ++kk)
+      wgmma::mma_ss<wgmma::Major::MN, wgmma::Major::MN>(dq, wgmma::advance(ds_desc, kk * 2048),
+                                                        wgmma::advance(k_cols, kk * 2048), kk > 0);
+  }
+};
+#endif  // RETORT_WGMMA_AVAILABLE
+
+// Rows g and g + 8 of a warp's dQ block into the float32 buffer: 8-byte atomics of each lane's own pairs at head size
+// 128, 16-byte ones after a shuffle at 64 (each 2-3% ahead of the other there on an H200; docs/benchmarks.md).
+template <int D, int kHalf>
+__device__ __forceinline__ void add_dq_rows(const float (&rows)[kHalf / 8][4], float* row_g, int64_t row_stride,
+                                            int tig, bool ok_g, bool ok_g8) {
+  if constexpr (D == 128) {
+    add_dq_pairs<kHalf>(rows, row_g, row_g + 8 * row_stride, tig, ok_g, ok_g8);
+  } else {
+    add_dq<kHalf>(rows, row_g, row_g + 8 * row_stride, tig, ok_g, ok_g8);
+  }
+}
 
 template <int D, int kGroups>
 __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_backward_kernel(const BackwardArgs a) {
@@ -260,6 +348,7 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
   constexpr int kKeyRows = 64 * kGroups;  // keys a CTA
   constexpr int kThreadsT = 128 * kGroups;
   constexpr int kHalf = D / kGroups;  // dQ columns a warpgroup
+  using Step = BackwardStep<D, kKeyRows>;
   extern __shared__ unsigned char smem_raw[];
   bf16* sk = reinterpret_cast<bf16*>(aligned_1024(smem_raw));
   bf16* sv = sk + kKeyRows * D;
@@ -281,7 +370,7 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
   const int steps = walk.steps;
 
   auto load_step = [&](int i) {
-    load_backward_step<D, kQueryRows>(a, walk, i, b, row0, sq, sdo, slse, sdvec,
+    load_backward_step<D, kQueryRows>(a, walk, i, b, row0, i & 1, sq, sdo, slse, sdvec,
                                       [](bf16* tile, const bf16* src, int64_t stride, int valid) {
                                         load_swizzled<D, kQueryRows, kThreadsT>(tile, src, stride, valid);
                                       });
@@ -309,15 +398,7 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
   float dq[kHalf / 8][4], dq_out[kHalf / 8][4];
   float* dq_row = a.dq;
   bool dq_ok_g = false, dq_ok_g8 = false;
-  // Rows g and g + 8 of it into the float32 buffer: 8-byte atomics of each lane's own pairs at head size 128, 16-byte
-  // ones after a shuffle at 64 (each 2-3% ahead of the other there on an H200; docs/benchmarks.md).
-  auto add_dq_rows = [&](const float(&rows)[kHalf / 8][4], float* row_g, bool ok_g, bool ok_g8) {
-    if constexpr (D == 128) {
-      add_dq_pairs<kHalf>(rows, row_g, row_g + 8 * a.H * D, tig, ok_g, ok_g8);
-    } else {
-      add_dq<kHalf>(rows, row_g, row_g + 8 * a.H * D, tig, ok_g, ok_g8);
-    }
-  };
+  const int64_t dq_stride = static_cast<int64_t>(a.H) * D;
 
   for (int i = 0; i < steps; ++i) {
     cp_async_wait<0>();
@@ -329,87 +410,41 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
     }
     const int stage = i & 1;
     const uint32_t q_addr = smem_addr(sq + stage * kQueryRows * D), do_addr = smem_addr(sdo + stage * kQueryRows * D);
-    const uint64_t q_k = wgmma::descriptor(q_addr), do_k = wgmma::descriptor(do_addr);
-    const uint64_t q_mn = wgmma::descriptor(q_addr, kQueryRows * 128),
-                   do_mn = wgmma::descriptor(do_addr, kQueryRows * 128);
-    const float* slse_i = slse + stage * kQueryRows;
-    const float* sdvec_i = sdvec + stage * kQueryRows;
     const int h = walk.head(i);
     const int q0 = walk.first_query(i, kQueryRows);
 
     // Every warpgroup runs every step, also one whose keys all follow the tile's queries (the first step of a head
     // for the second warpgroup): its P^T is masked to 0 and so are its dS^T rows. Skipping it would put the
     // products on a divergent path, where the compiler serialises them.
-    // S^T = K Q^T and dP^T = V dO^T: panel kk / 4 of each operand, 32 bytes a step of 16 within a panel.
     float s[8][4], dp[8][4];
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t off = (kk & 3) * 32;
-      wgmma::mma_ss(s, wgmma::advance(k_rows, (kk >> 2) * kKeyRows * 128 + off),
-                    wgmma::advance(q_k, (kk >> 2) * kQueryRows * 128 + off), kk > 0);
-    }
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t off = (kk & 3) * 32;
-      wgmma::mma_ss(dp, wgmma::advance(v_rows, (kk >> 2) * kKeyRows * 128 + off),
-                    wgmma::advance(do_k, (kk >> 2) * kQueryRows * 128 + off), kk > 0);
-    }
+    Step::scores(s, dp, k_rows, v_rows, wgmma::descriptor(q_addr), wgmma::descriptor(do_addr));
     wgmma::commit();
     // The previous step's dQ goes out while these products run.
-    add_dq_rows(dq_out, dq_row, i > 0 && dq_ok_g, i > 0 && dq_ok_g8);
+    add_dq_rows<D, kHalf>(dq_out, dq_row, dq_stride, tig, i > 0 && dq_ok_g, i > 0 && dq_ok_g8);
     wgmma::wait<0>();
     wgmma::keep(s);
     wgmma::keep(dp);
 
-    // P^T = exp2(S^T scale_log2 - lse log2 e), 0 where key > query; dS^T = P^T (dP^T - Dvec).
-    const bool masking = key_first + 63 > q0;  // a warp-uniform branch with no products inside
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qc = n * 8 + 2 * tig + (e & 1);  // query column within the tile
-        float p = exp2_ftz(fmaf(s[n][e], a.scale_log2, -slse_i[qc] * kLog2e));
-        if (masking && key_first + kr + (e >> 1) * 8 > q0 + qc) p = 0.f;
-        s[n][e] = p;
-        dp[n][e] = p * (dp[n][e] - sdvec_i[qc]);
-      }
     uint32_t pa[4][4], dsa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      c_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
-      c_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
-    }
-    // dV += P^T dO and dK += dS^T Q over the tile's 64 queries (16 a step, rows 2048 bytes apart).
+    // A warp-uniform branch with no products inside.
+    Step::gradients(s, dp, pa, dsa, slse + stage * kQueryRows, sdvec + stage * kQueryRows, a.scale_log2,
+                    key_first + 63 > q0, key_first + kr, q0, tig);
     wgmma::keep(dv);
     wgmma::keep(dk);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma::mma_rs<wgmma::Major::MN>(dv, pa[kk], wgmma::advance(do_mn, kk * 2048), 1);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma::mma_rs<wgmma::Major::MN>(dk, dsa[kk], wgmma::advance(q_mn, kk * 2048), 1);
+    Step::key_gradients(dv, dk, pa, dsa, wgmma::descriptor(do_addr, kQueryRows * 128),
+                        wgmma::descriptor(q_addr, kQueryRows * 128));
     wgmma::commit();
-    // dS^T rows kr (+ 8) of this warpgroup, query columns 16 kk + 2 tig (+ 8): the A fragment's own layout.
-    bf16* rows = sds + 64 * wg * kQueryRows;
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr, 16 * kk + 2 * tig)) = dsa[kk][0];
-      *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr + 8, 16 * kk + 2 * tig)) = dsa[kk][1];
-      *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr, 16 * kk + 8 + 2 * tig)) = dsa[kk][2];
-      *reinterpret_cast<uint32_t*>(rows + wgmma::swizzled_offset(kKeyRows, kr + 8, 16 * kk + 8 + 2 * tig)) = dsa[kk][3];
-    }
+    Step::store_ds(sds + 64 * wg * kQueryRows, dsa, kr, tig);
     wgmma::wait<0>();
     wgmma::keep(dv);
     wgmma::keep(dk);
     wgmma::fence_async_shared();
     __syncthreads();  // dS^T is whole
 
-    // dQ[64 x kHalf] = dS K over the CTA's keys: this warpgroup's share of the columns.
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kKeyRows / 16; ++kk)
-      wgmma::mma_ss<wgmma::Major::MN, wgmma::Major::MN>(dq, wgmma::advance(ds_desc, kk * 2048),
-                                                        wgmma::advance(k_cols, kk * 2048), kk > 0);
+    Step::template query_gradient<kHalf>(dq, ds_desc, k_cols);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::keep(dq);
@@ -425,8 +460,161 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
     dq_ok_g = t < a.T;
     dq_ok_g8 = t + 8 < a.T;
   }
-  add_dq_rows(dq_out, dq_row, steps > 0 && dq_ok_g, steps > 0 && dq_ok_g8);
+  add_dq_rows<D, kHalf>(dq_out, dq_row, dq_stride, tig, steps > 0 && dq_ok_g, steps > 0 && dq_ok_g8);
 
+  store_dk_dv<D>(a, dk, dv, row0, key_first + kr, kvh, tig);
+#endif  // RETORT_WGMMA_AVAILABLE
+}
+
+template <int D>
+__global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const BackwardArgs a) {
+#if defined(RETORT_WGMMA_AVAILABLE)
+  constexpr int kKeyRows = 128, kThreadsT = 256, kHalf = D / 2, kStages = 3;
+  using Step = BackwardStep<D, kKeyRows>;
+  extern __shared__ unsigned char smem_raw[];
+  bf16* sk = reinterpret_cast<bf16*>(aligned_1024(smem_raw));
+  bf16* sv = sk + kKeyRows * D;
+  bf16* sq = sv + kKeyRows * D;                                             // kStages
+  bf16* sdo = sq + kStages * kQueryRows * D;                                // kStages
+  bf16* sds = sdo + kStages * kQueryRows * D;                               // 2 buffers of dS^T [key][query]
+  float* slse = reinterpret_cast<float*>(sds + 2 * kKeyRows * kQueryRows);  // kStages
+  float* sdvec = slse + kStages * kQueryRows;                               // kStages
+  // Barriers: a stage's copies are in (every thread's arrive once its own copies land), a buffer of dS^T is whole
+  // (every thread's arrive once its part is stored).
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sdvec + kStages * kQueryRows);
+  const uint32_t full = smem_addr(bars), ds_whole = smem_addr(bars + kStages);
+
+  const int k_tile = blockIdx.x;
+  const int kvh = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
+  const int g = lane >> 2, tig = lane & 3;
+  const int k0 = k_tile * kKeyRows;
+  const int key_first = k0 + 64 * wg;
+  const int kr = 16 * (warp & 3) + g;
+  const int64_t row0 = static_cast<int64_t>(b) * a.T;
+  const BackwardWalk walk(a, kvh, k0, kQueryRows);
+  const int steps = walk.steps;
+
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) mbarrier_init(full + 8 * st, kThreadsT);
+    for (int buf = 0; buf < 2; ++buf) mbarrier_init(ds_whole + 8 * buf, kThreadsT);
+  }
+  __syncthreads();  // the barriers are set up
+
+  auto load_step = [&](int i) {
+    load_backward_step<D, kQueryRows>(a, walk, i, b, row0, i % kStages, sq, sdo, slse, sdvec,
+                                      [](bf16* tile, const bf16* src, int64_t stride, int valid) {
+                                        load_swizzled<D, kQueryRows, kThreadsT>(tile, src, stride, valid);
+                                      });
+    cp_async_arrive(full + 8 * (i % kStages));
+  };
+  load_swizzled<D, kKeyRows, kThreadsT>(sk, a.k + (row0 + k0) * a.k_stride + kvh * D, a.k_stride, a.T - k0);
+  load_swizzled<D, kKeyRows, kThreadsT>(sv, a.v + (row0 + k0) * a.v_stride + kvh * D, a.v_stride, a.T - k0);
+  if (steps > 0) load_step(0);  // its arrival also covers K and V
+
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
+  const uint32_t k_addr = smem_addr(sk);
+  const uint64_t k_rows = wgmma::descriptor(k_addr + wg * 64 * 128);
+  const uint64_t v_rows = wgmma::descriptor(smem_addr(sv) + wg * 64 * 128);
+  const uint64_t k_cols =
+      wgmma::descriptor(k_addr + (wg * kHalf / 64) * kKeyRows * 128 + (wg * kHalf % 64) * 2, kKeyRows * 128);
+  const auto ds_desc = [&](int buf) {
+    return wgmma::descriptor(smem_addr(sds + buf * kKeyRows * kQueryRows), kKeyRows * kQueryRows * 2);
+  };
+  const int64_t dq_stride = static_cast<int64_t>(a.H) * D;
+  // Where step i's dQ rows go (this thread's rows kr and kr + 8 of the tile, this warpgroup's columns).
+  const auto dq_rows_of = [&](int i, bool& ok_g, bool& ok_g8) {
+    const int t = walk.first_query(i, kQueryRows) + kr;
+    ok_g = t < a.T;
+    ok_g8 = t + 8 < a.T;
+    return a.dq + ((row0 + t) * a.H + walk.head(i)) * D + wg * kHalf;
+  };
+  // The warpgroups take turns issuing each batch of products, the second after the first (named barriers 1 and 2:
+  // the first arrives once it has issued, the second waits for that). Two barriers, one per batch of a step, so the
+  // first can never arrive twice on one before the second has waited on it: it cannot start step i + 1 before the
+  // second's half of dS^T of step i is stored, which follows the second's turns of step i.
+  const auto wait_turn = [&](int batch) {
+    if (wg == 1) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + batch) : "memory");
+  };
+  const auto pass_turn = [&](int batch) {
+    if (wg == 0) asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + batch) : "memory");
+  };
+  float dq[kHalf / 8][4];
+
+  for (int i = 0; i < steps; ++i) {
+    const int stage = i % kStages;
+    mbarrier_wait(full + 8 * stage, (i / kStages) & 1);
+    if (i > 0) mbarrier_wait(ds_whole + 8 * ((i - 1) & 1), ((i - 1) / 2) & 1);
+    wgmma::fence_async_shared();  // the copies and dS^T, written through the generic proxy, to the products
+    const uint32_t q_addr = smem_addr(sq + stage * kQueryRows * D), do_addr = smem_addr(sdo + stage * kQueryRows * D);
+    const int q0 = walk.first_query(i, kQueryRows);
+
+    // dQ of step i - 1 (its dS^T is whole), then S^T and dP^T of step i. Step 0 multiplies the unwritten second
+    // buffer too and adds nothing: every step then commits the same groups, which ptxas needs to keep the products
+    // in flight across the loop (with a group only from step 1 on, it serialises them at head size 64).
+    float s[8][4], dp[8][4];
+    wait_turn(0);
+    wgmma::fence();
+    Step::template query_gradient<kHalf>(dq, ds_desc((i - 1) & 1), k_cols);
+    wgmma::commit();
+    Step::scores(s, dp, k_rows, v_rows, wgmma::descriptor(q_addr), wgmma::descriptor(do_addr));
+    wgmma::commit();
+    pass_turn(0);
+    // Step i + 1's copies into the stage step i - 2 used: every thread of both warpgroups is past it (this one
+    // waited for the other's dS^T of step i - 1, stored after its step i - 2 products were done).
+    if (i + 1 < steps) load_step(i + 1);
+    wgmma::wait<1>();  // dQ of step i - 1 (and dV, dK of step i - 1) are in; S^T and dP^T may still run
+    wgmma::keep(dq);
+    {
+      bool ok_g = false, ok_g8 = false;
+      float* row = dq_rows_of(i > 0 ? i - 1 : 0, ok_g, ok_g8);
+      add_dq_rows<D, kHalf>(dq, row, dq_stride, tig, i > 0 && ok_g, i > 0 && ok_g8);
+    }
+    wgmma::wait<0>();
+    wgmma::keep(s);
+    wgmma::keep(dp);
+    wgmma::keep(dv);
+    wgmma::keep(dk);
+
+    uint32_t pa[4][4], dsa[4][4];
+    Step::gradients(s, dp, pa, dsa, slse + stage * kQueryRows, sdvec + stage * kQueryRows, a.scale_log2,
+                    key_first + 63 > q0, key_first + kr, q0, tig);
+    wait_turn(1);
+    wgmma::fence();
+    Step::key_gradients(dv, dk, pa, dsa, wgmma::descriptor(do_addr, kQueryRows * 128),
+                        wgmma::descriptor(q_addr, kQueryRows * 128));
+    wgmma::commit();
+    pass_turn(1);
+    Step::store_ds(sds + (i & 1) * kKeyRows * kQueryRows + 64 * wg * kQueryRows, dsa, kr, tig);
+    wgmma::fence_async_shared();
+    mbarrier_arrive(ds_whole + 8 * (i & 1));
+    // At head size 128 dV and dK (128 registers) are done before the next step's products: in flight beside them
+    // they leave ptxas too few registers, and it serialises every product.
+    if constexpr (D == 128) {
+      wgmma::wait<0>();
+      wgmma::keep(dv);
+      wgmma::keep(dk);
+    }
+  }
+  if (steps > 0) {
+    const int last = steps - 1;
+    mbarrier_wait(ds_whole + 8 * (last & 1), (last / 2) & 1);
+    wgmma::fence_async_shared();
+    wgmma::fence();
+    Step::template query_gradient<kHalf>(dq, ds_desc(last & 1), k_cols);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::keep(dq);
+    wgmma::keep(dv);
+    wgmma::keep(dk);
+    bool ok_g = false, ok_g8 = false;
+    float* row = dq_rows_of(last, ok_g, ok_g8);
+    add_dq_rows<D, kHalf>(dq, row, dq_stride, tig, ok_g, ok_g8);
+  }
   store_dk_dv<D>(a, dk, dv, row0, key_first + kr, kvh, tig);
 #endif  // RETORT_WGMMA_AVAILABLE
 }
@@ -477,26 +665,41 @@ bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
 bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t stream) {
 #if defined(RETORT_CUDA_SM90A)
   if (!hopper()) return false;
-  auto launch = [&](auto kernel, int groups) {
+  const auto launch = [&](auto kernel, int groups, int smem_bytes) {
     const int keys = 64 * groups;
     const dim3 grid(static_cast<unsigned>((a.T + keys - 1) / keys), static_cast<unsigned>(KV),
                     static_cast<unsigned>(B));
-    // K, V, two stages of Q and dO, dS^T, two stages of lse and Dvec, and the slack to align on 1024.
-    const int smem_bytes = (2 * keys + 4 * kQueryRows) * D * 2 + keys * kQueryRows * 2 + 4 * kQueryRows * 4 + 1024;
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     kernel<<<grid, 128 * groups, smem_bytes, stream>>>(a);
     RETORT_CUDA_CHECK_LAUNCH();
   };
-  // Keys a CTA: 128 (two warpgroups). RETORT_FLASH_BACKWARD_KEYS=64 asks for one warpgroup a CTA at head size 64
-  // (three CTAs a multiprocessor, no barrier between warpgroups, twice the dQ atomics), to measure them against each
-  // other: within 3% either way on an H200 (docs/benchmarks.md).
+  // The lockstep kernel's shared memory: K, V, two stages of Q and dO, dS^T, two stages of lse and Dvec, and the slack
+  // to align on 1024.
+  const auto lockstep_bytes = [&](int groups) {
+    const int keys = 64 * groups;
+    return (2 * keys + 4 * kQueryRows) * D * 2 + keys * kQueryRows * 2 + 4 * kQueryRows * 4 + 1024;
+  };
+  // The pipelined kernel's: K and V of 128 keys, three stages of Q, dO, lse and Dvec, two buffers of dS^T, five
+  // barriers and the slack.
+  const int pipelined_bytes =
+      (256 + 6 * kQueryRows) * D * 2 + 2 * 128 * kQueryRows * 2 + 6 * kQueryRows * 4 + 5 * 8 + 1024;
+  // The pipelined schedule unless RETORT_FLASH_BACKWARD_SCHEDULE=lockstep; RETORT_FLASH_BACKWARD_KEYS=64 asks for the
+  // lockstep kernel with one warpgroup a CTA at head size 64 (three CTAs a multiprocessor, twice the dQ atomics).
+  // Both switches are there to measure the kernels against each other (docs/benchmarks.md).
+  const char* schedule = std::getenv("RETORT_FLASH_BACKWARD_SCHEDULE");
+  const bool lockstep = schedule != nullptr && std::string_view(schedule) == "lockstep";
   const char* keys_choice = std::getenv("RETORT_FLASH_BACKWARD_KEYS");
-  if (D == 128) {
-    launch(wgmma_backward_kernel<128, 2>, 2);
-  } else if (keys_choice != nullptr && std::string_view(keys_choice) == "64") {
-    launch(wgmma_backward_kernel<64, 1>, 1);
+  if (D == 64 && keys_choice != nullptr && std::string_view(keys_choice) == "64") {
+    launch(wgmma_backward_kernel<64, 1>, 1, lockstep_bytes(1));
+  } else if (lockstep) {
+    if (D == 128)
+      launch(wgmma_backward_kernel<128, 2>, 2, lockstep_bytes(2));
+    else
+      launch(wgmma_backward_kernel<64, 2>, 2, lockstep_bytes(2));
+  } else if (D == 128) {
+    launch(wgmma_backward_pipelined_kernel<128>, 2, pipelined_bytes);
   } else {
-    launch(wgmma_backward_kernel<64, 2>, 2);
+    launch(wgmma_backward_pipelined_kernel<64>, 2, pipelined_bytes);
   }
   return true;
 #else

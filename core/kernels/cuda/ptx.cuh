@@ -1,7 +1,8 @@
 #pragma once
 // PTX wrappers of the tensor-core kernels (flash attention, small_m_linear_mma.cu, attention_cache_mma.cu):
-// asynchronous 16- and 4-byte copies from global to shared memory, ldmatrix, the bf16 mma.sync m16n8k16 with float32
-// accumulation, the special-function unit's 2^x, and the register helpers of mma fragments.
+// asynchronous 16- and 4-byte copies from global to shared memory, the shared-memory barriers that track them (Hopper),
+// ldmatrix, the bf16 mma.sync m16n8k16 with float32 accumulation, the special-function unit's 2^x, and the register
+// helpers of mma fragments.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -28,6 +29,32 @@ template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Shared-memory barriers (mbarrier), for a producer and a consumer that must not wait for each other at a CTA-wide
+// barrier: `count` arrivals complete a phase; a waiter names the parity of the phase it waits for (0, 1, 0, ...).
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// One arrival, once every cp.async this thread has issued so far has landed (the thread does not wait).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival now, releasing this thread's earlier writes to the waiters.
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+#endif
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

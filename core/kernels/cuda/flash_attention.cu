@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(32 * kKeyWarps) flash_backward_kernel(const Ba
   const int steps = walk.steps;
 
   auto load_step = [&](int i) {
-    load_backward_step<D, kTile>(a, walk, i, b, row0, i & 1, sq, sdo, slse, sdvec,
+    load_backward_step<D, kTile>(a, walk.head(i), walk.first_query(i, kTile), b, row0, i & 1, sq, sdo, slse, sdvec,
                                  [](bf16* tile, const bf16* src, int64_t stride, int valid) {
                                    load_tile<D, kTile, kThreadsT>(tile, src, stride, valid);
                                  });

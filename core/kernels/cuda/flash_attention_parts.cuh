@@ -92,16 +92,22 @@ struct BackwardWalk {
         first_head(kvh * a.group) {}
   __device__ int head(int i) const { return first_head + i / per_head; }
   __device__ int first_query(int i, int q_rows) const { return (first_q_tile + i % per_head) * q_rows; }
+  // A step's head and query tile, moved along step by step without the divisions of head() and first_query().
+  struct Position {
+    int head, tile;  // tile: the query tile's index
+  };
+  __device__ Position start() const { return {first_head, first_q_tile}; }
+  __device__ Position next(Position p) const {
+    return ++p.tile == first_q_tile + per_head ? Position{p.head + 1, first_q_tile} : p;
+  }
 };
 
-// The copies of the backward's step i into stage `stage` (cp.async, not committed): the step's kQueryRows rows of Q
-// and dO through `load_rows(tile, src, stride, valid_rows)`, the kernel's own swizzled layout, and its rows of lse
-// and Dvec. Rows past T load as zeros.
+// The copies of a backward step (query head h, tile from row q0) into stage `stage` (cp.async, not committed): its
+// kQueryRows rows of Q and dO through `load_rows(tile, src, stride, valid_rows)`, the kernel's own swizzled layout, and
+// its rows of lse and Dvec. Rows past T load as zeros.
 template <int D, int kQueryRows, class LoadRows>
-__device__ __forceinline__ void load_backward_step(const BackwardArgs& a, const BackwardWalk& walk, int i, int b,
-                                                   int64_t row0, int stage, bf16* sq, bf16* sdo, float* slse,
-                                                   float* sdvec, LoadRows load_rows) {
-  const int h = walk.head(i), q0 = walk.first_query(i, kQueryRows);
+__device__ __forceinline__ void load_backward_step(const BackwardArgs& a, int h, int q0, int b, int64_t row0, int stage,
+                                                   bf16* sq, bf16* sdo, float* slse, float* sdvec, LoadRows load_rows) {
   load_rows(sq + stage * kQueryRows * D, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride, a.T - q0);
   load_rows(sdo + stage * kQueryRows * D, a.dout + (row0 + q0) * a.dout_stride + h * D, a.dout_stride, a.T - q0);
   const int64_t vec0 = (static_cast<int64_t>(b) * a.H + h) * a.T + q0;

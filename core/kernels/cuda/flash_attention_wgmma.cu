@@ -256,8 +256,8 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
 // time while the tensor cores wait. The pipelined one (wgmma_backward_pipelined_kernel, two warpgroups): three stages
 // whose arrival each thread's copies signal on a shared-memory barrier, dQ's product for step i - 1 issued at the
 // start of step i (so a warpgroup waits only for the other's half of dS^T from the step before, on a second pair of
-// barriers), and the warpgroups taking turns issuing each batch of products (the second after the first), so one's
-// softmax runs under the other's products.
+// barriers), so one warpgroup's softmax can run under the other's products. (Making the warpgroups take turns
+// issuing each batch of products, as the forward's do, was no faster: docs/benchmarks.md.)
 constexpr int kQueryRows = 64;  // query rows a backward tile
 
 #if defined(RETORT_WGMMA_AVAILABLE)
@@ -370,8 +370,8 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
   const int steps = walk.steps;
 
   auto load_step = [&](int i) {
-    load_backward_step<D, kQueryRows>(a, walk, i, b, row0, i & 1, sq, sdo, slse, sdvec,
-                                      [](bf16* tile, const bf16* src, int64_t stride, int valid) {
+    load_backward_step<D, kQueryRows>(a, walk.head(i), walk.first_query(i, kQueryRows), b, row0, i & 1, sq, sdo, slse,
+                                      sdvec, [](bf16* tile, const bf16* src, int64_t stride, int valid) {
                                         load_swizzled<D, kQueryRows, kThreadsT>(tile, src, stride, valid);
                                       });
   };
@@ -501,16 +501,20 @@ __global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const 
   }
   __syncthreads();  // the barriers are set up
 
-  auto load_step = [&](int i) {
-    load_backward_step<D, kQueryRows>(a, walk, i, b, row0, i % kStages, sq, sdo, slse, sdvec,
+  // The copies of a step at `at` into `stage`, and every thread's arrival on the stage's barrier once they land.
+  const auto load_step = [&](BackwardWalk::Position at, int stage) {
+    load_backward_step<D, kQueryRows>(a, at.head, at.tile * kQueryRows, b, row0, stage, sq, sdo, slse, sdvec,
                                       [](bf16* tile, const bf16* src, int64_t stride, int valid) {
                                         load_swizzled<D, kQueryRows, kThreadsT>(tile, src, stride, valid);
                                       });
-    cp_async_arrive(full + 8 * (i % kStages));
+    cp_async_arrive(full + 8 * stage);
   };
   load_swizzled<D, kKeyRows, kThreadsT>(sk, a.k + (row0 + k0) * a.k_stride + kvh * D, a.k_stride, a.T - k0);
   load_swizzled<D, kKeyRows, kThreadsT>(sv, a.v + (row0 + k0) * a.v_stride + kvh * D, a.v_stride, a.T - k0);
-  if (steps > 0) load_step(0);  // its arrival also covers K and V
+  // Steps i - 1, i and i + 1 of the walk, moved along once a step (the divisions of BackwardWalk::head cost more than
+  // the step's address math).
+  BackwardWalk::Position before = walk.start(), now = walk.start(), after = walk.next(walk.start());
+  if (steps > 0) load_step(now, 0);  // its arrival also covers K and V
 
   float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
@@ -526,54 +530,38 @@ __global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const 
     return wgmma::descriptor(smem_addr(sds + buf * kKeyRows * kQueryRows), kKeyRows * kQueryRows * 2);
   };
   const int64_t dq_stride = static_cast<int64_t>(a.H) * D;
-  // Where step i's dQ rows go (this thread's rows kr and kr + 8 of the tile, this warpgroup's columns).
-  const auto dq_rows_of = [&](int i, bool& ok_g, bool& ok_g8) {
-    const int t = walk.first_query(i, kQueryRows) + kr;
-    ok_g = t < a.T;
-    ok_g8 = t + 8 < a.T;
-    return a.dq + ((row0 + t) * a.H + walk.head(i)) * D + wg * kHalf;
-  };
-  // The warpgroups take turns issuing each batch of products, the second after the first (named barriers 1 and 2:
-  // the first arrives once it has issued, the second waits for that). Two barriers, one per batch of a step, so the
-  // first can never arrive twice on one before the second has waited on it: it cannot start step i + 1 before the
-  // second's half of dS^T of step i is stored, which follows the second's turns of step i.
-  const auto wait_turn = [&](int batch) {
-    if (wg == 1) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + batch) : "memory");
-  };
-  const auto pass_turn = [&](int batch) {
-    if (wg == 0) asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + batch) : "memory");
+  // Adds this thread's rows (kr and kr + 8 of the tile, this warpgroup's columns) of a step's dQ at `at`.
+  const auto add_dq_of = [&](const float(&rows)[kHalf / 8][4], BackwardWalk::Position at, bool live) {
+    const int t = at.tile * kQueryRows + kr;
+    float* row = a.dq + ((row0 + t) * a.H + at.head) * D + wg * kHalf;
+    add_dq_rows<D, kHalf>(rows, row, dq_stride, tig, live && t < a.T, live && t + 8 < a.T);
   };
   float dq[kHalf / 8][4];
 
+  int stage = 0, phase = 0;  // step i's stage (i % kStages) and the parity of its barrier's phase (i / kStages)
   for (int i = 0; i < steps; ++i) {
-    const int stage = i % kStages;
-    mbarrier_wait(full + 8 * stage, (i / kStages) & 1);
-    if (i > 0) mbarrier_wait(ds_whole + 8 * ((i - 1) & 1), ((i - 1) / 2) & 1);
+    mbarrier_wait(full + 8 * stage, phase);
+    if (i > 0) mbarrier_wait(ds_whole + 8 * ((i - 1) & 1), ((i - 1) >> 1) & 1);
     wgmma::fence_async_shared();  // the copies and dS^T, written through the generic proxy, to the products
     const uint32_t q_addr = smem_addr(sq + stage * kQueryRows * D), do_addr = smem_addr(sdo + stage * kQueryRows * D);
-    const int q0 = walk.first_query(i, kQueryRows);
+    const int q0 = now.tile * kQueryRows;
 
     // dQ of step i - 1 (its dS^T is whole), then S^T and dP^T of step i. Step 0 multiplies the unwritten second
     // buffer too and adds nothing: every step then commits the same groups, which ptxas needs to keep the products
     // in flight across the loop (with a group only from step 1 on, it serialises them at head size 64).
     float s[8][4], dp[8][4];
-    wait_turn(0);
     wgmma::fence();
     Step::template query_gradient<kHalf>(dq, ds_desc((i - 1) & 1), k_cols);
     wgmma::commit();
     Step::scores(s, dp, k_rows, v_rows, wgmma::descriptor(q_addr), wgmma::descriptor(do_addr));
     wgmma::commit();
-    pass_turn(0);
     // Step i + 1's copies into the stage step i - 2 used: every thread of both warpgroups is past it (this one
     // waited for the other's dS^T of step i - 1, stored after its step i - 2 products were done).
-    if (i + 1 < steps) load_step(i + 1);
+    const int next_stage = stage == kStages - 1 ? 0 : stage + 1;
+    if (i + 1 < steps) load_step(after, next_stage);
     wgmma::wait<1>();  // dQ of step i - 1 (and dV, dK of step i - 1) are in; S^T and dP^T may still run
     wgmma::keep(dq);
-    {
-      bool ok_g = false, ok_g8 = false;
-      float* row = dq_rows_of(i > 0 ? i - 1 : 0, ok_g, ok_g8);
-      add_dq_rows<D, kHalf>(dq, row, dq_stride, tig, i > 0 && ok_g, i > 0 && ok_g8);
-    }
+    add_dq_of(dq, before, i > 0);
     wgmma::wait<0>();
     wgmma::keep(s);
     wgmma::keep(dp);
@@ -583,12 +571,10 @@ __global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const 
     uint32_t pa[4][4], dsa[4][4];
     Step::gradients(s, dp, pa, dsa, slse + stage * kQueryRows, sdvec + stage * kQueryRows, a.scale_log2,
                     key_first + 63 > q0, key_first + kr, q0, tig);
-    wait_turn(1);
     wgmma::fence();
     Step::key_gradients(dv, dk, pa, dsa, wgmma::descriptor(do_addr, kQueryRows * 128),
                         wgmma::descriptor(q_addr, kQueryRows * 128));
     wgmma::commit();
-    pass_turn(1);
     Step::store_ds(sds + (i & 1) * kKeyRows * kQueryRows + 64 * wg * kQueryRows, dsa, kr, tig);
     wgmma::fence_async_shared();
     mbarrier_arrive(ds_whole + 8 * (i & 1));
@@ -599,10 +585,15 @@ __global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const 
       wgmma::keep(dv);
       wgmma::keep(dk);
     }
+    phase ^= next_stage == 0 ? 1 : 0;
+    stage = next_stage;
+    before = now;
+    now = after;
+    after = walk.next(after);
   }
   if (steps > 0) {
     const int last = steps - 1;
-    mbarrier_wait(ds_whole + 8 * (last & 1), (last / 2) & 1);
+    mbarrier_wait(ds_whole + 8 * (last & 1), (last >> 1) & 1);
     wgmma::fence_async_shared();
     wgmma::fence();
     Step::template query_gradient<kHalf>(dq, ds_desc(last & 1), k_cols);
@@ -611,9 +602,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const 
     wgmma::keep(dq);
     wgmma::keep(dv);
     wgmma::keep(dk);
-    bool ok_g = false, ok_g8 = false;
-    float* row = dq_rows_of(last, ok_g, ok_g8);
-    add_dq_rows<D, kHalf>(dq, row, dq_stride, tig, ok_g, ok_g8);
+    add_dq_of(dq, before, true);
   }
   store_dk_dv<D>(a, dk, dv, row0, key_first + kr, kvh, tig);
 #endif  // RETORT_WGMMA_AVAILABLE
@@ -665,12 +654,12 @@ bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
 bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t stream) {
 #if defined(RETORT_CUDA_SM90A)
   if (!hopper()) return false;
-  const auto launch = [&](auto kernel, int groups, int smem_bytes) {
+  const auto launch = [&](auto kernel, int groups, int smem_bytes, auto... extra) {
     const int keys = 64 * groups;
     const dim3 grid(static_cast<unsigned>((a.T + keys - 1) / keys), static_cast<unsigned>(KV),
                     static_cast<unsigned>(B));
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    kernel<<<grid, 128 * groups, smem_bytes, stream>>>(a);
+    kernel<<<grid, 128 * groups, smem_bytes, stream>>>(a, extra...);
     RETORT_CUDA_CHECK_LAUNCH();
   };
   // The lockstep kernel's shared memory: K, V, two stages of Q and dO, dS^T, two stages of lse and Dvec, and the slack

@@ -55,7 +55,7 @@ __device__ __forceinline__ void add_dq(const float (&dq)[kCols / 8][4], float* r
     const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
     const float v0 = even ? dq[n][0] : got0, v1 = even ? dq[n][1] : got1;
     const float v2 = even ? got0 : dq[n][2], v3 = even ? got1 : dq[n][3];
-    if (ok) atomicAdd(reinterpret_cast<float4*>(row + n * 8 + col), make_float4(v0, v1, v2, v3));
+    ptx::red_add(row + n * 8 + col, v0, v1, v2, v3, ok);
   }
 }
 
@@ -64,10 +64,12 @@ __device__ __forceinline__ void add_dq(const float (&dq)[kCols / 8][4], float* r
 template <int kCols>
 __device__ __forceinline__ void add_dq_pairs(const float (&dq)[kCols / 8][4], float* row_g, float* row_g8, int tig,
                                              bool ok_g, bool ok_g8) {
+  float* g = row_g + 2 * tig;
+  float* g8 = row_g8 + 2 * tig;
 #pragma unroll
   for (int n = 0; n < kCols / 8; ++n) {
-    if (ok_g) atomicAdd(reinterpret_cast<float2*>(row_g + n * 8 + 2 * tig), make_float2(dq[n][0], dq[n][1]));
-    if (ok_g8) atomicAdd(reinterpret_cast<float2*>(row_g8 + n * 8 + 2 * tig), make_float2(dq[n][2], dq[n][3]));
+    ptx::red_add(g + n * 8, dq[n][0], dq[n][1], ok_g);
+    ptx::red_add(g8 + n * 8, dq[n][2], dq[n][3], ok_g8);
   }
 }
 

@@ -280,17 +280,19 @@ struct BackwardStep {
                     wgmma::advance(do_k, (kk >> 2) * kQueryRows * 128 + off), kk > 0);
     }
   }
-  // P^T = exp2(S^T scale_log2 - lse log2 e), 0 where key > query; dS^T = P^T (dP^T - Dvec); both as A fragments.
-  static __device__ __forceinline__ void gradients(float (&s)[8][4], float (&dp)[8][4], uint32_t (&pa)[4][4],
-                                                   uint32_t (&dsa)[4][4], const float* slse_i, const float* sdvec_i,
-                                                   float scale_log2, bool masking, int key_row, int q0, int tig) {
+  // P^T = exp2(S^T scale_log2 - lse log2 e), 0 where key > query (kMask: the tile reaches past the diagonal); dS^T =
+  // P^T (dP^T - Dvec); both as A fragments.
+  template <bool kMask>
+  static __device__ __forceinline__ void gradients_of(float (&s)[8][4], float (&dp)[8][4], uint32_t (&pa)[4][4],
+                                                      uint32_t (&dsa)[4][4], const float* slse_i, const float* sdvec_i,
+                                                      float scale_log2, int key_row, int q0, int tig) {
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qc = n * 8 + 2 * tig + (e & 1);  // query column within the tile
         float p = exp2_ftz(fmaf(s[n][e], scale_log2, -slse_i[qc] * kLog2e));
-        if (masking && key_row + (e >> 1) * 8 > q0 + qc) p = 0.f;
+        if (kMask && key_row + (e >> 1) * 8 > q0 + qc) p = 0.f;
         s[n][e] = p;
         dp[n][e] = p * (dp[n][e] - sdvec_i[qc]);
       }
@@ -298,6 +300,16 @@ struct BackwardStep {
     for (int kk = 0; kk < 4; ++kk) {
       c_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
       c_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
+    }
+  }
+  // The same, the mask's comparisons only on the tiles that need them (a warp-uniform branch with no products inside).
+  static __device__ __forceinline__ void gradients(float (&s)[8][4], float (&dp)[8][4], uint32_t (&pa)[4][4],
+                                                   uint32_t (&dsa)[4][4], const float* slse_i, const float* sdvec_i,
+                                                   float scale_log2, bool masking, int key_row, int q0, int tig) {
+    if (masking) {
+      gradients_of<true>(s, dp, pa, dsa, slse_i, sdvec_i, scale_log2, key_row, q0, tig);
+    } else {
+      gradients_of<false>(s, dp, pa, dsa, slse_i, sdvec_i, scale_log2, key_row, q0, tig);
     }
   }
   // dV += P^T dO and dK += dS^T Q over the tile's 64 queries (16 a step, rows 2048 bytes apart; not committed).

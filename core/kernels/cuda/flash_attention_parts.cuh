@@ -55,7 +55,7 @@ __device__ __forceinline__ void add_dq(const float (&dq)[kCols / 8][4], float* r
     const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
     const float v0 = even ? dq[n][0] : got0, v1 = even ? dq[n][1] : got1;
     const float v2 = even ? got0 : dq[n][2], v3 = even ? got1 : dq[n][3];
-    ptx::red_add(row + n * 8 + col, v0, v1, v2, v3, ok);
+    if (ok) atomicAdd(reinterpret_cast<float4*>(row + n * 8 + col), make_float4(v0, v1, v2, v3));
   }
 }
 

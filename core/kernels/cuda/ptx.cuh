@@ -56,18 +56,12 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
 }
 #endif
 
-// Float32 additions into global memory that return nothing (red), 8 and 16 bytes at once, skipped where `live` is
-// false: a predicate rather than a branch, so a run of them needs no branches and keeps one base address.
+// A float32 pair added into global memory without a return value (red), skipped where `live` is false: a predicate
+// rather than a branch, so a run of them needs no branches and keeps one base address.
 __device__ __forceinline__ void red_add(float* p, float a, float b, bool live) {
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n @p red.global.add.v2.f32 [%0], {%1, %2};\n}\n" ::"l"(p),
                "f"(a), "f"(b), "r"(static_cast<int>(live))
                : "memory");
-}
-__device__ __forceinline__ void red_add(float* p, float a, float b, float c, float d, bool live) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(p),
-      "f"(a), "f"(b), "f"(c), "f"(d), "r"(static_cast<int>(live))
-      : "memory");
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {

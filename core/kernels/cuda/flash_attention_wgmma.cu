@@ -54,14 +54,20 @@ __device__ __forceinline__ void load_swizzled(bf16* tile, const bf16* src, int64
 }
 
 // kBlocks CTAs a multiprocessor: 2 for the 64-key tiles at head size 64, whose accumulators fit in 128 registers.
-template <int D, int kKeys, int kBlocks>
+// kPipelined: K and V in three stages whose copies each thread signals on a shared-memory barrier, and released on a
+// second one once read, so the warpgroups never meet at a CTA barrier; else two stages of K, a CTA barrier a tile.
+template <int D, int kKeys, int kBlocks, bool kPipelined>
 __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const ForwardArgs a) {
 #if defined(RETORT_WGMMA_AVAILABLE)
+  constexpr int kKStages = kPipelined ? 3 : 2;
   extern __shared__ unsigned char smem_raw[];
   // Swizzled operands start on 1024 bytes (the launch asks for the slack).
   bf16* sq = reinterpret_cast<bf16*>(aligned_1024(smem_raw));
-  bf16* sk = sq + kRows * D;      // 2 stages
-  bf16* sv = sk + 2 * kKeys * D;  // 3 stages: tile j - 1's is read while tile j + 1's loads
+  bf16* sk = sq + kRows * D;             // kKStages
+  bf16* sv = sk + kKStages * kKeys * D;  // 3 stages: tile j - 1's is read while tile j + 1's loads
+  // Pipelined: a stage's copies are in (every thread's arrival once its own land), a stage is read (every thread's).
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sv + 3 * kKeys * D);
+  const uint32_t full = smem_addr(bars), empty = smem_addr(bars + 3);
   // The longest rows (the last query tiles) start first, so the short ones fill the tail of the grid.
   const int q_tile = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / a.group;
@@ -74,10 +80,22 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
   const bf16* kbase = a.k + row0 * a.k_stride + kvh * D;
   const bf16* vbase = a.v + row0 * a.v_stride + kvh * D;
 
+  if constexpr (kPipelined) {
+    if (threadIdx.x == 0)
+      for (int st = 0; st < 3; ++st) {
+        mbarrier_init(full + 8 * st, kThreads);
+        mbarrier_init(empty + 8 * st, kThreads);
+      }
+    __syncthreads();  // the barriers are set up
+  }
   load_swizzled<D, kRows>(sq, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride, a.T - q0);
   load_swizzled<D, kKeys>(sk, kbase, a.k_stride, a.T);
   load_swizzled<D, kKeys>(sv, vbase, a.v_stride, a.T);
-  cp_async_commit();
+  if constexpr (kPipelined) {
+    cp_async_arrive(full);  // also covers Q
+  } else {
+    cp_async_commit();
+  }
 
   float o[D / 8][4];
 #pragma unroll
@@ -101,19 +119,32 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
   };
   // Waits for tile j's copies and starts tile j + 1's.
   auto stage_in = [&](int j) {
-    cp_async_wait<0>();
-    wgmma::fence_async_shared();
-    __syncthreads();  // tile j is in; every warpgroup is done with K_{j-1} and V_{j-2}
-    if (j + 1 < tiles) {
-      const int k1 = (j + 1) * kKeys;
-      load_swizzled<D, kKeys>(sk + ((j + 1) & 1) * kKeys * D, kbase + k1 * a.k_stride, a.k_stride, a.T - k1);
-      load_swizzled<D, kKeys>(sv + ((j + 1) % 3) * kKeys * D, vbase + k1 * a.v_stride, a.v_stride, a.T - k1);
-      cp_async_commit();
+    if constexpr (kPipelined) {
+      // Tile j + 1 goes where tile j - 2 was, once every thread has released it (after its P V, in tile j - 1).
+      if (j + 1 < tiles) {
+        const int st = (j + 1) % 3, k1 = (j + 1) * kKeys;
+        if (j >= 2) mbarrier_wait(empty + 8 * st, ((j - 2) / 3) & 1);
+        load_swizzled<D, kKeys>(sk + st * kKeys * D, kbase + k1 * a.k_stride, a.k_stride, a.T - k1);
+        load_swizzled<D, kKeys>(sv + st * kKeys * D, vbase + k1 * a.v_stride, a.v_stride, a.T - k1);
+        cp_async_arrive(full + 8 * st);
+      }
+      mbarrier_wait(full + 8 * (j % 3), (j / 3) & 1);
+      wgmma::fence_async_shared();  // the copies, written through the generic proxy, to the products
+    } else {
+      cp_async_wait<0>();
+      wgmma::fence_async_shared();
+      __syncthreads();  // tile j is in; every warpgroup is done with K_{j-1} and V_{j-2}
+      if (j + 1 < tiles) {
+        const int k1 = (j + 1) * kKeys;
+        load_swizzled<D, kKeys>(sk + ((j + 1) & 1) * kKeys * D, kbase + k1 * a.k_stride, a.k_stride, a.T - k1);
+        load_swizzled<D, kKeys>(sv + ((j + 1) % 3) * kKeys * D, vbase + k1 * a.v_stride, a.v_stride, a.T - k1);
+        cp_async_commit();
+      }
     }
   };
   // S = Q K_j^T: panel kk / 4 of each, 32 bytes a step of 16 within a panel.
   auto scores = [&](int j) {
-    const uint64_t k_desc = wgmma::descriptor(smem_addr(sk + (j & 1) * kKeys * D));
+    const uint64_t k_desc = wgmma::descriptor(smem_addr(sk + (j % kKStages) * kKeys * D));
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t step = (kk & 3) * 32;
@@ -206,6 +237,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
     softmax(j, correction);
     wgmma::wait<0>();  // P_{j-1} V_{j-1} is in O, and P_{j-1}'s registers are free
     wgmma::keep(o);
+    if constexpr (kPipelined) mbarrier_arrive(empty + 8 * ((j - 1) % 3));  // K_{j-1} and V_{j-1} are read
     if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
@@ -640,8 +672,12 @@ bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
   if (!hopper()) return false;
   const dim3 grid(static_cast<unsigned>((a.T + kRows - 1) / kRows), static_cast<unsigned>(a.H),
                   static_cast<unsigned>(B));
-  auto launch = [&](auto kernel, int keys) {
-    const int smem_bytes = (kRows + 5 * keys) * D * 2 + 1024;  // Q, 2 stages of K, 3 of V; the slack to align
+  // The pipelined schedule unless RETORT_FLASH_FORWARD_SCHEDULE=lockstep (to measure them against each other).
+  const char* schedule = std::getenv("RETORT_FLASH_FORWARD_SCHEDULE");
+  const bool lockstep = schedule != nullptr && std::string_view(schedule) == "lockstep";
+  auto launch = [&](auto kernel, int keys, bool pipelined) {
+    // Q, 2 or 3 stages of K, 3 of V, six barriers, the slack to align.
+    const int smem_bytes = (kRows + (pipelined ? 6 : 5) * keys) * D * 2 + (pipelined ? 48 : 0) + 1024;
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     kernel<<<grid, kThreads, smem_bytes, stream>>>(a);
     RETORT_CUDA_CHECK_LAUNCH();
@@ -650,11 +686,16 @@ bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
   // RETORT_FLASH_FORWARD_KEYS=128 asks for the 128-key tiles (one CTA), to measure them against each other.
   const char* keys_choice = std::getenv("RETORT_FLASH_FORWARD_KEYS");
   if (D == 128) {
-    launch(wgmma_forward_kernel<128, 128, 1>, 128);
+    if (lockstep)
+      launch(wgmma_forward_kernel<128, 128, 1, false>, 128, false);
+    else
+      launch(wgmma_forward_kernel<128, 128, 1, true>, 128, true);
   } else if (keys_choice != nullptr && std::string_view(keys_choice) == "128") {
-    launch(wgmma_forward_kernel<64, 128, 1>, 128);
+    launch(wgmma_forward_kernel<64, 128, 1, false>, 128, false);
+  } else if (lockstep) {
+    launch(wgmma_forward_kernel<64, 64, 2, false>, 64, false);
   } else {
-    launch(wgmma_forward_kernel<64, 64, 2>, 64);
+    launch(wgmma_forward_kernel<64, 64, 2, true>, 64, true);
   }
   return true;
 #else

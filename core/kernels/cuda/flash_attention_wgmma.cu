@@ -12,8 +12,11 @@
 // read MN-major from shared memory (the transpose bit), so P never touches shared memory. The products of P V trail by
 // one tile: tile j issues S_j and then P_{j-1} V_{j-1}, and turns S_j into P_j while the tensor cores run the second;
 // the two warpgroups take turns issuing a tile's products, so one's softmax runs under the other's. Q, K and V sit in
-// shared memory as 128-byte-swizzled panels (wgmma.cuh); K has two stages and V three (V_{j-1} is read while V_{j+1}
-// loads), filled with cp.async one tile ahead.
+// shared memory as 128-byte-swizzled panels (wgmma.cuh), filled with cp.async one tile ahead. Two schedules: the
+// pipelined one (head size 128) keeps K and V in three stages, each thread's copies arriving on a shared-memory
+// barrier and each stage released on another once every thread has read it, so the warpgroups never meet at a CTA
+// barrier; the lockstep one (head size 64) has two stages of K and three of V (V_{j-1} is read while V_{j+1} loads)
+// and a CTA barrier a tile.
 #include <cstdlib>
 #include <string_view>
 
@@ -201,29 +204,32 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
 
   // Tile 0 (every warpgroup has it): O is still 0, nothing to rescale.
   float correction[2];
-  // The warpgroups take turns issuing a tile's products, the first before the second (named barrier 1: the first
+  // The warpgroups take turns issuing a tile's products, the first before the second (a named barrier: the first
   // arrives once it has issued, the second waits for that), so the first's scores are in while the second's still
-  // run and its softmax overlaps them.
-  auto wait_turn = [&] {
-    if (wg == 1) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  // run and its softmax overlaps them. Barrier 1 on even tiles and 2 on odd ones: without a CTA barrier a tile
+  // (pipelined), the first can arrive for tile j + 1 before the second has waited for tile j, and two arrivals on
+  // one barrier would complete it without the second. It cannot run two tiles ahead: tile j + 2's copies wait for
+  // the second to release tile j, after its turn of tile j + 1.
+  auto wait_turn = [&](int j) {
+    if (wg == 1) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + (j & 1)) : "memory");
   };
-  auto pass_turn = [&] {
-    if (wg == 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+  auto pass_turn = [&](int j) {
+    if (wg == 0) asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + (j & 1)) : "memory");
   };
   stage_in(0);
-  wait_turn();
+  wait_turn(0);
   wgmma::fence();
   scores(0);
-  pass_turn();
+  pass_turn(0);
   wgmma::wait<0>();
   wgmma::keep(s);
   softmax(0, correction);
   to_operand();
   for (int j = 1; j < tiles; ++j) {
     stage_in(j);
-    wait_turn();
+    wait_turn(j);
     if (j >= my_tiles) {  // only the first warpgroup ends early
-      pass_turn();
+      pass_turn(j);
       continue;
     }
     wgmma::keep(o);
@@ -231,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
     scores(j);
     pv(j - 1);
     wgmma::commit();
-    pass_turn();
+    pass_turn(j);
     wgmma::wait<1>();
     wgmma::keep(s);
     softmax(j, correction);
@@ -672,9 +678,12 @@ bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
   if (!hopper()) return false;
   const dim3 grid(static_cast<unsigned>((a.T + kRows - 1) / kRows), static_cast<unsigned>(a.H),
                   static_cast<unsigned>(B));
-  // The pipelined schedule unless RETORT_FLASH_FORWARD_SCHEDULE=lockstep (to measure them against each other).
+  // The pipelined schedule at head size 128 (12-15% faster than the lockstep one at T = 2048 and 4096 on an H200) and
+  // the lockstep one at 64 (its 64-key tiles, two CTAs a multiprocessor, were 0-4% slower pipelined);
+  // RETORT_FLASH_FORWARD_SCHEDULE=lockstep|pipelined picks one, to measure them against each other
+  // (docs/benchmarks.md).
   const char* schedule = std::getenv("RETORT_FLASH_FORWARD_SCHEDULE");
-  const bool lockstep = schedule != nullptr && std::string_view(schedule) == "lockstep";
+  const bool lockstep = schedule != nullptr ? std::string_view(schedule) == "lockstep" : D != 128;
   auto launch = [&](auto kernel, int keys, bool pipelined) {
     // Q, 2 or 3 stages of K, 3 of V, six barriers, the slack to align.
     const int smem_bytes = (kRows + (pipelined ? 6 : 5) * keys) * D * 2 + (pipelined ? 48 : 0) + 1024;

@@ -59,8 +59,8 @@ __device__ __forceinline__ void add_dq(const float (&dq)[kCols / 8][4], float* r
   }
 }
 
-// The same with 8-byte atomics, each lane adding its own pairs (rows g and g + 8): no shuffles or selects, twice the
-// atomics.
+// The same with 8-byte additions, each lane adding its own pairs (rows g and g + 8): no shuffles or selects, twice the
+// additions, each a predicated reduction (ptx::red_add) off two base addresses.
 template <int kCols>
 __device__ __forceinline__ void add_dq_pairs(const float (&dq)[kCols / 8][4], float* row_g, float* row_g8, int tig,
                                              bool ok_g, bool ok_g8) {

@@ -299,9 +299,33 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
 constexpr int kQueryRows = 64;  // query rows a backward tile
 
 #if defined(RETORT_WGMMA_AVAILABLE)
-// The phases of one backward step for one warpgroup, shared by both schedules.
+// The phases of one backward step for one warpgroup, shared by both schedules, and what both set up before the walk.
 template <int D, int kKeyRows>
 struct BackwardStep {
+  static constexpr int kThreadsT = 2 * kKeyRows;   // a warpgroup a 64 keys
+  static constexpr int kHalf = D * 64 / kKeyRows;  // dQ columns a warpgroup
+  // The CTA's keys and values (k0 on, of key/value head kvh) into shared memory (cp.async, not committed).
+  static __device__ __forceinline__ void load_keys(const BackwardArgs& a, bf16* sk, bf16* sv, int64_t row0, int k0,
+                                                   int kvh) {
+    load_swizzled<D, kKeyRows, kThreadsT>(sk, a.k + (row0 + k0) * a.k_stride + kvh * D, a.k_stride, a.T - k0);
+    load_swizzled<D, kKeyRows, kThreadsT>(sv, a.v + (row0 + k0) * a.v_stride + kvh * D, a.v_stride, a.T - k0);
+  }
+  // Descriptors of warpgroup wg: its 64 rows of K and V (K-major A), K's columns of its dQ share (MN-major B, which
+  // starts in K's panel wg kHalf / 64, (wg kHalf) % 64 columns in).
+  struct KeyOperands {
+    uint64_t k_rows, v_rows, k_cols;
+  };
+  static __device__ __forceinline__ KeyOperands key_operands(const bf16* sk, const bf16* sv, int wg) {
+    const uint32_t k_addr = smem_addr(sk);
+    return {wgmma::descriptor(k_addr + wg * 64 * 128), wgmma::descriptor(smem_addr(sv) + wg * 64 * 128),
+            wgmma::descriptor(k_addr + (wg * kHalf / 64) * kKeyRows * 128 + (wg * kHalf % 64) * 2, kKeyRows * 128)};
+  }
+  static __device__ __forceinline__ void zero(float (&x)[D / 8][4]) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[n][e] = 0.f;
+  }
   // S^T = K Q^T and dP^T = V dO^T: panel kk / 4 of each operand, 32 bytes a step of 16 within a panel (not committed).
   static __device__ __forceinline__ void scores(float (&s)[8][4], float (&dp)[8][4], uint64_t k_rows, uint64_t v_rows,
                                                 uint64_t q_k, uint64_t do_k) {
@@ -426,23 +450,14 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
                                       });
   };
 
-  load_swizzled<D, kKeyRows, kThreadsT>(sk, a.k + (row0 + k0) * a.k_stride + kvh * D, a.k_stride, a.T - k0);
-  load_swizzled<D, kKeyRows, kThreadsT>(sv, a.v + (row0 + k0) * a.v_stride + kvh * D, a.v_stride, a.T - k0);
+  Step::load_keys(a, sk, sv, row0, k0, kvh);
   load_step(0);
   cp_async_commit();
 
   float dk[D / 8][4], dv[D / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
-  // Descriptors: this warpgroup's 64 rows of K and V (K-major A), K's columns of its dQ half (MN-major B, which
-  // starts in K's panel wg kHalf / 64, (wg kHalf) % 64 columns in), dS^T (MN-major A).
-  const uint32_t k_addr = smem_addr(sk);
-  const uint64_t k_rows = wgmma::descriptor(k_addr + wg * 64 * 128);
-  const uint64_t v_rows = wgmma::descriptor(smem_addr(sv) + wg * 64 * 128);
-  const uint64_t k_cols =
-      wgmma::descriptor(k_addr + (wg * kHalf / 64) * kKeyRows * 128 + (wg * kHalf % 64) * 2, kKeyRows * 128);
+  Step::zero(dk);
+  Step::zero(dv);
+  const auto [k_rows, v_rows, k_cols] = Step::key_operands(sk, sv, wg);
   const uint64_t ds_desc = wgmma::descriptor(smem_addr(sds), kKeyRows * kQueryRows * 2);
   // dQ[64 x kHalf] of the last step, and where it goes: it is added during the next step's first products.
   float dq[kHalf / 8][4], dq_out[kHalf / 8][4];
@@ -559,23 +574,16 @@ __global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const 
                                       });
     cp_async_arrive(full + 8 * stage);
   };
-  load_swizzled<D, kKeyRows, kThreadsT>(sk, a.k + (row0 + k0) * a.k_stride + kvh * D, a.k_stride, a.T - k0);
-  load_swizzled<D, kKeyRows, kThreadsT>(sv, a.v + (row0 + k0) * a.v_stride + kvh * D, a.v_stride, a.T - k0);
+  Step::load_keys(a, sk, sv, row0, k0, kvh);
   // Steps i - 1, i and i + 1 of the walk, moved along once a step (the divisions of BackwardWalk::head cost more than
   // the step's address math).
   BackwardWalk::Position before = walk.start(), now = walk.start(), after = walk.next(walk.start());
   if (steps > 0) load_step(now, 0);  // its arrival also covers K and V
 
   float dk[D / 8][4], dv[D / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
-  const uint32_t k_addr = smem_addr(sk);
-  const uint64_t k_rows = wgmma::descriptor(k_addr + wg * 64 * 128);
-  const uint64_t v_rows = wgmma::descriptor(smem_addr(sv) + wg * 64 * 128);
-  const uint64_t k_cols =
-      wgmma::descriptor(k_addr + (wg * kHalf / 64) * kKeyRows * 128 + (wg * kHalf % 64) * 2, kKeyRows * 128);
+  Step::zero(dk);
+  Step::zero(dv);
+  const auto [k_rows, v_rows, k_cols] = Step::key_operands(sk, sv, wg);
   const auto ds_desc = [&](int buf) {
     return wgmma::descriptor(smem_addr(sds + buf * kKeyRows * kQueryRows), kKeyRows * kQueryRows * 2);
   };

@@ -5,8 +5,8 @@
 // kernels' tiles (32 to 128 rows: T = 1, 100, 192, 1000), a long sequence (4096), 32 heads at batch 1, the packed
 // [B, T, 3C] layout, and scores of magnitude 1e4; and the wgmma kernels (H100 / H200) against the mma.sync ones.
 // The GPU tests skip cleanly without a GPU; RETORT_FLASH_FORWARD=mma, RETORT_FLASH_BACKWARD=mma,
-// RETORT_FLASH_FORWARD_KEYS, RETORT_FLASH_BACKWARD_KEYS, RETORT_FLASH_ROWS and RETORT_FLASH_KEYS in the environment
-// run them on the other kernels (gpu-checks/flash.sh does).
+// RETORT_FLASH_FORWARD_KEYS, RETORT_FLASH_BACKWARD_KEYS, RETORT_FLASH_FORWARD_SCHEDULE, RETORT_FLASH_BACKWARD_SCHEDULE,
+// RETORT_FLASH_ROWS and RETORT_FLASH_KEYS in the environment run them on the other kernels (gpu-checks/flash.sh does).
 //
 // Tolerances (norm-wise relative error, ||x - ref|| / ||ref||): the kernels round P and dS to bf16 (8 significant
 // bits, relative rounding error <= 2^-9 ~ 2e-3) before their products and write out, dq, dk, dv in bf16 (another
@@ -359,7 +359,8 @@ struct ScopedEnv {
 // The wgmma kernels (the default on an H100 / H200) and the mma.sync ones (RETORT_FLASH_FORWARD=mma,
 // RETORT_FLASH_BACKWARD=mma) give the same output, log-sum-exp and gradients up to the order of their float32 sums
 // and bf16 roundings, on lengths that end inside a tile, both head sizes (at 64 both key tiles of each kernel) and
-// grouped-query ratios of 1 and 4. On other GPUs every run takes mma.sync.
+// grouped-query ratios of 1 and 4; so do the wgmma kernels' other schedules (pipelined or lockstep on shared-memory
+// or CTA barriers). On other GPUs every run takes mma.sync.
 TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
   SKIP_WITHOUT_GPU();
   for (const Dims d : {Dims{2, 333, 8, 2, 128}, Dims{1, 1000, 4, 1, 64}, Dims{3, 129, 2, 2, 64}}) {
@@ -374,6 +375,11 @@ TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
     if (d.D == 64) {  // the other key tiles at head size 64
       ScopedEnv forward_keys("RETORT_FLASH_FORWARD_KEYS", "128"), backward_keys("RETORT_FLASH_BACKWARD_KEYS", "64");
       runs.emplace_back("the other key tiles", run_flash(d, in, false));
+    }
+    {  // the other schedule of each wgmma kernel: lockstep backward, and the forward's other one at this head size
+      ScopedEnv backward_schedule("RETORT_FLASH_BACKWARD_SCHEDULE", "lockstep"),
+          forward_schedule("RETORT_FLASH_FORWARD_SCHEDULE", d.D == 128 ? "lockstep" : "pipelined");
+      runs.emplace_back("the other schedules", run_flash(d, in, false));
     }
     for (const auto& [name, hopper] : runs) {
       const std::string tag = d.str() + " " + name;

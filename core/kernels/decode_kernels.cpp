@@ -112,4 +112,60 @@ void embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2,
   RETORT_DISPATCH(table.device(), embedding_sum, table, ids, table2, ids2, out);
 }
 
+bool gpt_decode_layers_fits(int64_t rows, int64_t width, int64_t n_head, DType dtype, Device device) {
+  if (rows < 1 || width < 1 || n_head < 1 || width % n_head != 0 || !is_floating(dtype)) return false;
+  if (!device.is_cuda()) return true;
+#ifdef RETORT_WITH_CUDA
+  return dtype == DType::BF16 && rows <= kDecodeLayersMaxRows && width / n_head == kDecodeLayersHead &&
+         width % 256 == 0 && width <= 1024 && cuda::gpt_decode_layers_shared_fits(rows, width);
+#else
+  return false;
+#endif
+}
+
+void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layers, const Tensor& starts, int n_head,
+                       float eps, Tensor& out) {
+  const char* op = "gpt_decode_layers";
+  RETORT_CHECK(x.ndim() == 2 && n_head >= 1 && x.size(1) % n_head == 0,
+               "{}: x {} must be [B, C] with C a multiple of the {} heads", op, x.describe(), n_head);
+  const int64_t B = x.size(0), C = x.size(1), D = C / n_head;
+  const DType dtype = x.dtype();
+  RETORT_CHECK(!layers.empty(), "{}: no layers", op);
+  RETORT_CHECK(gpt_decode_layers_fits(B, C, n_head, dtype, x.device()),
+               "{}: {} rows of width {} with {} heads in {} do not fit the kernel (CUDA: bf16, 1 to {} rows, heads of "
+               "{}, a width that is a multiple of 256 up to 1024)",
+               op, B, C, n_head, dtype_name(dtype), kDecodeLayersMaxRows, kDecodeLayersHead);
+  RETORT_CHECK(starts.dtype() == DType::I32 && starts.numel() == B, "{}: starts {} should be i32[{}]", op,
+               starts.describe(), B);
+  RETORT_CHECK(out.shape() == x.shape() && out.dtype() == dtype, "{}: out {} should be like x {}", op, out.describe(),
+               x.describe());
+  same_device({&x, &starts, &out}, op);
+  const Tensor& first = layers.front().k_cache;
+  for (const GptDecodeLayer& l : layers) {
+    same_device({&x, &l.ln1_weight, &l.ln1_bias, &l.qkv_weight, &l.qkv_bias, &l.proj_weight, &l.proj_bias,
+                 &l.ln2_weight, &l.ln2_bias, &l.fc_weight, &l.fc_bias, &l.out_weight, &l.out_bias, &l.k_cache,
+                 &l.v_cache},
+                op);
+    const DType norm_dtype = l.ln1_weight.dtype();
+    RETORT_CHECK(l.ln1_weight.defined() && l.ln2_weight.defined() && (norm_dtype == dtype || norm_dtype == DType::F32),
+                 "{}: the LayerNorm weights must be defined, in {} or f32", op, dtype_name(dtype));
+    for (const Tensor* t : {&l.ln1_weight, &l.ln1_bias, &l.ln2_weight, &l.ln2_bias}) vector_of(*t, C, norm_dtype, "norm", op);
+    const auto matrix = [&](const Tensor& w, const Tensor& b, int64_t n, int64_t k, const char* what) {
+      RETORT_CHECK(w.ndim() == 2 && w.size(0) == n && w.size(1) == k && w.dtype() == dtype,
+                   "{}: the {} weight {} should be {}[{}, {}]", op, what, w.describe(), dtype_name(dtype), n, k);
+      vector_of(b, n, dtype, what, op);
+    };
+    matrix(l.qkv_weight, l.qkv_bias, 3 * C, C, "q|k|v");
+    matrix(l.proj_weight, l.proj_bias, C, C, "attention projection");
+    matrix(l.fc_weight, l.fc_bias, 4 * C, C, "MLP");
+    matrix(l.out_weight, l.out_bias, C, 4 * C, "MLP projection");
+    RETORT_CHECK(l.k_cache.ndim() == 4 && l.k_cache.size(0) == B && l.k_cache.size(1) == n_head &&
+                     l.k_cache.size(3) == D && l.k_cache.dtype() == dtype && l.v_cache.shape() == l.k_cache.shape() &&
+                     l.v_cache.dtype() == dtype && l.k_cache.size(2) == first.size(2),
+                 "{}: the caches {} / {} should be {}[{}, {}, cap, {}], one cap for every layer", op,
+                 l.k_cache.describe(), l.v_cache.describe(), dtype_name(dtype), B, n_head, D);
+  }
+  RETORT_DISPATCH(x.device(), gpt_decode_layers, x, layers, starts, n_head, eps, out);
+}
+
 }  // namespace retort::kernels

@@ -5,12 +5,15 @@
 //   small_m_linear   out [M, N] = epilogue(prologue(x) [M, K] W^T + bias) for M <= kSmallMMaxRows, in one launch:
 //                    the norm of each input row (LayerNorm or RMSNorm) as a prologue, the product read once from a
 //                    weight streamed at memory bandwidth, and the bias, GELU, SwiGLU or residual add as an epilogue;
-//   embedding_sum    the token row plus the position row, rounded once to the compute dtype, one launch.
+//   embedding_sum    the token row plus the position row, rounded once to the compute dtype, one launch;
+//   gpt_decode_layers  every block of a GPT model (norms, q|k|v, cache attention, projections, MLP) for one new
+//                    position a row, in one persistent launch on the GPU (core/kernels/cuda/gpt_decode_layers.cu).
 //
 // Same contracts as kernels.h (outputs preallocated by the caller, contiguous row-major, checks here, then dispatch
 // on the device): the CPU implementation (kernels/cpu) is the reference, the CUDA one (kernels/cuda) the fast path.
 // They live apart from kernels.h because they serve inference alone (no backward).
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor/tensor.h"
 
@@ -59,6 +62,33 @@ void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, 
 // Ids out of range throw (CPU) or are reported by a device-side check (CUDA), as in embedding_forward.
 void embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2, const Tensor& ids2, Tensor& out);
 
+// One GPT block's tensors for gpt_decode_layers: the LayerNorms' weights and biases ([C], x's dtype or f32), the packed
+// q|k|v [3C, C], the attention's projection [C, C] and the MLP's [4C, C] and [C, 4C] weights, biases [N] (any bias may
+// be undefined: a model without biases), and the block's key and value cache [B, H, cap, D], x's dtype.
+struct GptDecodeLayer {
+  Tensor ln1_weight, ln1_bias, qkv_weight, qkv_bias, proj_weight, proj_bias;
+  Tensor ln2_weight, ln2_bias, fc_weight, fc_bias, out_weight, out_bias;
+  Tensor k_cache, v_cache;
+};
+// The head size, rows and layers a GPU launch of gpt_decode_layers takes (more layers take more launches).
+constexpr int64_t kDecodeLayersHead = 64;
+constexpr int64_t kDecodeLayersMaxRows = 32;
+constexpr int kDecodeLayersPerLaunch = 16;
+
+// Whether gpt_decode_layers takes `rows` rows of a model `width` wide with `n_head` heads in `dtype` on `device`: on
+// the CPU (the reference) any floating dtype and heads; on the GPU bf16, 1 to 32 rows, heads of 64, a width that is a
+// multiple of 256 up to 1024 whose staged rows fit a multiprocessor's shared memory.
+bool gpt_decode_layers_fits(int64_t rows, int64_t width, int64_t n_head, DType dtype, Device device);
+
+// x [B, C], one new position a row at position starts[b] (i32 [B]) of its cache. For each layer in order:
+//   h += proj(attention(qkv(LN1(h))))   (the new key and value appended at starts[b]; dropped at or past cap)
+//   h += out(gelu(fc(LN2(h))))          (GELU's tanh approximation)
+// out [B, C] = the last h, rounded once to x's dtype. The normed rows, q|k|v, the attention output and the MLP's
+// hidden rows are rounded to x's dtype as separate kernels would store them; h stays float32 (float64 for f64) from
+// layer to layer; sums in float32 (float64 for f64). LayerNorm's eps is `eps`.
+void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layers, const Tensor& starts, int n_head,
+                       float eps, Tensor& out);
+
 // Programmatic dependent launch of the small-m kernels on the GPU (on by default; RETORT_DECODE_PDL=0 turns it off):
 // each kernel may start while the one before it finishes, prefetches its weights into L2 and waits for the earlier
 // results only where it reads them. Results are the same either way.
@@ -70,6 +100,8 @@ void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, 
                     const Tensor& weight2, const Tensor& bias2, const Tensor& residual, LinearEpilogue epilogue,
                     Tensor& out);
 void embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2, const Tensor& ids2, Tensor& out);
+void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layers, const Tensor& starts, int n_head,
+                       float eps, Tensor& out);
 }  // namespace cpu
 
 #ifdef RETORT_WITH_CUDA
@@ -78,6 +110,10 @@ void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, 
                     const Tensor& weight2, const Tensor& bias2, const Tensor& residual, LinearEpilogue epilogue,
                     Tensor& out);
 void embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2, const Tensor& ids2, Tensor& out);
+void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layers, const Tensor& starts, int n_head,
+                       float eps, Tensor& out);
+// Whether a launch for `rows` rows of a model `width` wide fits the current device's shared memory.
+bool gpt_decode_layers_shared_fits(int64_t rows, int64_t width);
 }  // namespace cuda
 #endif
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 
 #include "core/autograd/grad_mode.h"
 #include "core/ops/fusion.h"
@@ -68,6 +69,26 @@ bool decode_fusion_applies(const Tensor& x, DType compute_dtype, int64_t widest_
   if (K <= 0) return false;
   const int64_t rows = x.numel() / K;
   return rows <= max_fused_rows(K) && kernels::small_m_linear_fits(rows, std::max(K, widest_input), compute_dtype);
+}
+
+bool gpt_decode_layers_applies(const Tensor& x, DType compute_dtype, int64_t n_head) {
+  if (!x.defined() || x.dtype() != compute_dtype || (x.ndim() != 2 && !(x.ndim() == 3 && x.size(1) == 1)))
+    return false;
+  const char* choice = std::getenv("RETORT_DECODE_LAYERS");
+  const std::string_view setting = choice != nullptr ? choice : "";
+  if (setting == "0" || !decode_fusion_allows(x.device(), compute_dtype)) return false;
+  if (!x.device().is_cuda() && setting != "1") return false;
+  return kernels::gpt_decode_layers_fits(x.size(0), x.size(-1), n_head, compute_dtype, x.device());
+}
+
+Tensor gpt_decode_layers(const Tensor& x, const std::vector<kernels::GptDecodeLayer>& layers, const Tensor& starts,
+                         int n_head, float eps) {
+  check_inference({&x}, "gpt_decode_layers");
+  const Tensor rows = x.view({x.size(0), x.size(-1)});
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor out_rows = out.view(rows.shape());
+  kernels::gpt_decode_layers(rows, layers, starts.view({x.size(0)}), n_head, eps, out_rows);
+  return out;
 }
 
 Tensor small_m_linear(const Tensor& x, const kernels::RowNorm& norm, const Tensor& weight, const Tensor& bias,

@@ -19,6 +19,18 @@ bool decode_fusion_applies(const Tensor& x, DType compute_dtype, int64_t widest_
 // cast compute, at any number of rows.
 bool decode_fusion_allows(Device device, DType compute_dtype);
 
+// Whether a GPT decode step over x [B, 1, C] (or [B, C]) in `compute_dtype` runs its blocks through
+// gpt_decode_layers (one launch for every block, kernels/decode_kernels.h): one new position a row, the kernel takes
+// the shape (kernels::gpt_decode_layers_fits), the fusion switch allows the fused ops (fusion.h), and
+// RETORT_DECODE_LAYERS allows it: unset, on CUDA; 0, never; 1, on the CPU too (its reference kernel, for tests). Read
+// on every call.
+bool gpt_decode_layers_applies(const Tensor& x, DType compute_dtype, int64_t n_head);
+
+// x [B, 1, C] or [B, C] through `layers` (kernels::gpt_decode_layers), one new position a row at starts (i32 [B]) of
+// the layers' caches -> the last residual, shaped like x.
+Tensor gpt_decode_layers(const Tensor& x, const std::vector<kernels::GptDecodeLayer>& layers, const Tensor& starts,
+                         int n_head, float eps);
+
 // epilogue(norm(x) W^T + bias) over x [..., K], W [N, K] -> [..., N] in x's dtype (kernels::small_m_linear: the normed
 // row and a linear output that is added or gated rounded as separate kernels would store them). residual [..., N]
 // for the Residual epilogue, weight2 (and bias2) for SwiGlu; undefined otherwise.

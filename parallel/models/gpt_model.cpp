@@ -127,6 +127,30 @@ ResidualStream GptBlock::forward_cached_fused(const ResidualStream& in, generate
   return {ops::small_m_linear(hidden, {}, out_w, out_b, LinearEpilogue::Residual, mid), Tensor()};
 }
 
+bool GptBlock::takes_decode_layers() const {
+  return !distributed_ && ln_1_->kind() == nn::NormKind::LayerNorm && ln_2_->kind() == nn::NormKind::LayerNorm &&
+         ln_1_->eps() == ln_2_->eps();
+}
+
+kernels::GptDecodeLayer GptBlock::decode_layer(generate::KvCache& cache, int64_t layer, DType compute_dtype) const {
+  const auto compute = [&](const Tensor& t) { return t.defined() ? nn::to_compute(t, compute_dtype) : Tensor(); };
+  const kernels::RowNorm first = ln_1_->as_prologue(compute_dtype), second = ln_2_->as_prologue(compute_dtype);
+  return {first.weight,
+          first.bias,
+          compute(qkv_->weight()),
+          compute(qkv_->bias()),
+          compute(attn_proj_->weight()),
+          compute(attn_proj_->bias()),
+          second.weight,
+          second.bias,
+          compute(fc_->weight()),
+          compute(fc_->bias()),
+          compute(mlp_proj_->weight()),
+          compute(mlp_proj_->bias()),
+          cache.keys(layer),
+          cache.values(layer)};
+}
+
 GptModel::GptModel(const GptConfig& config, std::shared_ptr<Communicator> tp_group)
     : config_(config), tp_group_(tp::is_distributed(tp_group) ? std::move(tp_group) : nullptr) {
   const int tp = tp::group_size(tp_group_);
@@ -273,6 +297,16 @@ Tensor GptModel::forward(const Tensor& ids, DType compute_dtype) const {
 
 Tensor GptModel::cached_layers(Tensor x, const Tensor& positions, const Tensor& inv_freq, const Tensor& starts,
                                generate::KvCache& cache, DType compute_dtype) const {
+  // One new position a row through GPT blocks that all take it: every block in one launch (gpt_decode_layers).
+  if (!blocks_.empty() && layers_.empty() && !tp_group_ && config_.mlp_width() == 4 * config_.n_embd &&
+      ops::gpt_decode_layers_applies(x, compute_dtype, config_.n_head) &&
+      std::all_of(blocks_.begin(), blocks_.end(), [](const auto& block) { return block->takes_decode_layers(); })) {
+    std::vector<kernels::GptDecodeLayer> layers;
+    for (size_t layer = 0; layer < blocks_.size(); ++layer)
+      layers.push_back(blocks_[layer]->decode_layer(cache, static_cast<int64_t>(layer), compute_dtype));
+    return ops::gpt_decode_layers(x, layers, starts, static_cast<int>(config_.n_head),
+                                  static_cast<float>(config_.norm_eps));
+  }
   // The residual stream as in forward: each block's last addition is done by the next block's norm.
   ResidualStream stream{std::move(x), Tensor()};
   for (size_t layer = 0; layer < blocks_.size(); ++layer)

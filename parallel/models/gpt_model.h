@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kernels/decode_kernels.h"
 #include "core/nn/layers.h"
 #include "parallel/models/rope.h"
 #include "parallel/tp/layers.h"
@@ -89,6 +90,10 @@ class GptBlock : public nn::Module {
   // cache lengths).
   ResidualStream forward_cached(const ResidualStream& in, generate::KvCache& cache, int64_t layer, const Tensor& starts,
                                 DType compute_dtype) const;
+  // This block's tensors in `compute_dtype` and its layer of the cache, for ops::gpt_decode_layers; whether the block
+  // can take that path at all (a LayerNorm block on one rank).
+  kernels::GptDecodeLayer decode_layer(generate::KvCache& cache, int64_t layer, DType compute_dtype) const;
+  bool takes_decode_layers() const;
 
  private:
   // forward_cached over few rows in four fused products and the attention (ops::decode_fusion_applies): LN1 + q|k|v,

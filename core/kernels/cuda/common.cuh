@@ -199,6 +199,13 @@ bool same_misalignment(const T0* first, const Ts*... rest) {
   return ((sizeof(Ts) == sizeof(T0) && reinterpret_cast<uintptr_t>(rest) % 16 == m) && ...);
 }
 
+// GELU with the tanh approximation (GPT-2's), in float32.
+__device__ __forceinline__ float gelu_tanh(float x) {
+  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
+  constexpr float kA = 0.044715f;
+  return 0.5f * x * (1.f + tanhf(kC * (x + kA * x * x * x)));
+}
+
 // ---- reductions ---------------------------------------------------------------------------------------
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {

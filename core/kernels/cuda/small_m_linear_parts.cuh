@@ -37,12 +37,6 @@ struct Params {
   float eps;
 };
 
-__device__ __forceinline__ float gelu_tanh(float x) {
-  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
-  constexpr float kA = 0.044715f;
-  return 0.5f * x * (1.f + tanhf(kC * (x + kA * x * x * x)));
-}
-
 __device__ __forceinline__ float silu(float g) {
   return g * (1.f / (1.f + expf(-g)));
 }

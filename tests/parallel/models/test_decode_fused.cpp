@@ -12,10 +12,14 @@
 // On the CPU (DecodeFusion::Everywhere: the CPU kernels are the reference) and on the GPU in bf16, the mode a GPU
 // decode takes by default (skipped without a GPU), where graph decoding must also give the tokens of eager
 // decoding, with programmatic dependent launch on and off.
+// GPT blocks the one-launch kernel takes (heads of 64, width 256: ops::gpt_decode_layers_applies) decode a step as
+// one gpt_decode_layers dispatch for every block, through the same checks: on the GPU by default, on the CPU (its
+// reference kernel) with RETORT_DECODE_LAYERS=1; RETORT_DECODE_LAYERS=0 turns it off.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -331,6 +335,87 @@ TEST(DecodeFused, GpuGraphDecodingEqualsEagerDecoding) {
       EXPECT_EQ(a, d);
     }
   }
+}
+
+// RETORT_DECODE_LAYERS set for a scope.
+class DecodeLayersSetting {
+ public:
+  explicit DecodeLayersSetting(const char* value) { setenv("RETORT_DECODE_LAYERS", value, 1); }
+  ~DecodeLayersSetting() { unsetenv("RETORT_DECODE_LAYERS"); }
+  DecodeLayersSetting(const DecodeLayersSetting&) = delete;
+  DecodeLayersSetting& operator=(const DecodeLayersSetting&) = delete;
+};
+
+GptConfig one_launch_config(int64_t layers) {
+  GptConfig c = gpt_config(true, true);
+  c.n_embd = 256;
+  c.n_head = 4;
+  c.n_layer = layers;
+  c.init_std = 0.05;
+  return c;
+}
+
+int64_t count(const std::map<std::string, int64_t>& calls, const char* name) {
+  return calls.count(name) ? calls.at(name) : 0;
+}
+
+TEST(DecodeFused, OneLaunchForEveryBlockOnCpu) {
+  const DecodeFusionScope everywhere(DecodeFusion::Everywhere);
+  const DecodeLayersSetting on("1");
+  GptModel model(one_launch_config(2));
+  model.initialize(7);
+  const auto calls = step_dispatches(model, DType::F32);
+  EXPECT_EQ(count(calls, "gpt_decode_layers"), 1);
+  EXPECT_EQ(count(calls, "small_m_linear"), 1);  // the head
+  EXPECT_EQ(count(calls, "attention_with_cache"), 0);
+  check_model(model, DType::F32, DecodeFusion::Everywhere, 1e-5);
+  check_model(model, DType::BF16, DecodeFusion::Everywhere, 3e-2);
+  {
+    const DecodeLayersSetting off("0");
+    EXPECT_EQ(count(step_dispatches(model, DType::F32), "gpt_decode_layers"), 0);
+  }
+  // Without the setting the CPU keeps the per-op fused path.
+  unsetenv("RETORT_DECODE_LAYERS");
+  EXPECT_EQ(count(step_dispatches(model, DType::F32), "gpt_decode_layers"), 0);
+}
+
+TEST(DecodeFused, GpuOneLaunchForEveryBlock) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (int64_t layers : {2, 17}) {  // 17: two launches
+    SCOPED_TRACE(std::to_string(layers) + " layers");
+    GptModel model(one_launch_config(layers));
+    model.initialize(7);
+    model.to(Device::cuda(0));
+    {
+      const DecodeFusionScope gpu(DecodeFusion::Gpu);
+      EXPECT_EQ(count(step_dispatches(model, DType::BF16), "gpt_decode_layers"), 1);
+      const DecodeLayersSetting off("0");
+      EXPECT_EQ(count(step_dispatches(model, DType::BF16), "gpt_decode_layers"), 0);
+    }
+    check_model(model, DType::BF16, DecodeFusion::Gpu, 3e-2);
+    const DecodeFusionScope gpu(DecodeFusion::Gpu);
+    for (double temperature : {0.0, 0.9}) {
+      generate::GenerationOptions options;
+      options.max_new_tokens = 12;
+      options.compute_dtype = DType::BF16;
+      options.sampling.temperature = temperature;
+      options.sampling.seed = 5;
+      generate::GenerationOptions eager = options;
+      eager.cuda_graphs = false;
+      const auto graphed = generate::generate_tokens(model, kPrompts, options);
+      EXPECT_GT(graphed[0].decode_graph_nodes, 0) << "the decode step was not captured";
+      std::vector<std::vector<int32_t>> a, b;
+      for (const auto& s : graphed) a.push_back(s.tokens);
+      for (const auto& s : generate::generate_tokens(model, kPrompts, eager)) b.push_back(s.tokens);
+      EXPECT_EQ(a, b) << "temperature " << temperature;
+    }
+  }
+  GptConfig config = one_launch_config(2);
+  config.init_std = 0.3;
+  GptModel model(config);
+  model.initialize(11);
+  model.to(Device::cuda(0));
+  check_greedy_tokens(model, DType::BF16, DecodeFusion::Gpu, 0.1, 15);
 }
 
 }  // namespace

@@ -1,0 +1,613 @@
+// clang-format off
+#include "core/kernels/cuda/common.cuh"  // first: it configures fmt for nvcc
+// clang-format on
+
+// GPT's decode step through all its blocks in one persistent kernel (gpt_decode_layers, decode_kernels.h).
+//
+// A step of a few rows is a chain of about eight small kernels a block (norm, q|k|v product, cache attention, output
+// projection, norm, MLP products), each too small to fill the GPU: at 32 rows GPT-2 small's step spent 0.51 ms in ~100
+// launches of 3 to 5 us against ~0.1 ms of memory traffic. Here one block per multiprocessor runs every block of the
+// model as five phases apart by a grid-wide barrier:
+//
+//   1. LN1 of the residual rows, staged as bf16 in shared memory, times the q|k|v weight (+ bias) -> qkv
+//   2. the cache attention of every (row, head): append the new key and value, attend over the row's positions
+//   3. the attention output times the projection (+ bias), added to the residual (each column has one owner block)
+//   4. LN2 of the residual, times the MLP's first weight (+ bias), GELU -> hidden
+//   5. hidden times the MLP's projection (+ bias), added to the residual
+//
+// The residual stream stays in float32 in global memory for the whole step (the per-op path rounds it to bf16 after
+// every addition; this one rounds once, at the end). The weights do not depend on the step's values, so at the start
+// of a block every CTA asks L2 for the slices of that block's weights it will multiply and for the cached keys and
+// values of the heads it will attend: by the time a phase's barrier opens, its weights are on chip.
+//
+// Products (phases 1, 3, 4, 5): the CTA owns whole columns (groups of 8 outputs, the n of an mma.sync m16n8k16) and
+// all rows; its 8 warps split the reduction (K) into 8 slices and add their sums through shared memory. Inside a
+// 32-wide slice of K the mma's k order is permuted (thread t of a quad holds elements 8t..8t+7, the first four for
+// one mma, the last four for the next) so that every operand is one 16-byte load, from global memory for the weight
+// and from shared memory for the rows; the same permutation on both operands leaves each dot product unchanged.
+//
+// The grid barrier is a counter in global memory (zeroed before the launch), added to by one thread a CTA with
+// release semantics and read with acquire; the launch is cooperative, so every CTA is resident. Rows written in one
+// phase and read in another are read with ld.global.cg (L2), never through a multiprocessor's L1.
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "core/kernels/cuda/dependent_launch.cuh"
+#include "core/kernels/cuda/ptx.cuh"
+#include "core/kernels/decode_kernels.h"
+
+namespace retort::kernels::cuda {
+namespace {
+using namespace detail;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxUnits = 4;        // groups of 8 output columns a product pass holds in registers
+constexpr int kBatch = 4;           // 32-wide K slices whose weight loads a warp issues before using them
+constexpr int kPad = 32;            // bf16 after each staged row: rows 64 bytes apart mod 128, conflict-free reads
+constexpr int kHead = static_cast<int>(kDecodeLayersHead);
+constexpr int kKeyUnroll = 4;       // keys each lane group has in flight
+// float4 a lane holds of one residual row: width <= 1024 at 16 rows; at 32 rows the staged MLP rows (32 x 4C) fit
+// shared memory only up to width 768.
+template <int kRows>
+constexpr int kMaxRowFloat4 = kRows == 32 ? 6 : 8;
+
+struct LayerPointers {
+  const void* ln1_w;
+  const void* ln1_b;
+  const bf16* qkv_w;
+  const bf16* qkv_b;
+  const bf16* proj_w;
+  const bf16* proj_b;
+  const void* ln2_w;
+  const void* ln2_b;
+  const bf16* fc_w;
+  const bf16* fc_b;
+  const bf16* out_w;
+  const bf16* out_b;
+  bf16* k_cache;  // [B, H, cap, kHead]
+  bf16* v_cache;
+};
+
+struct Args {
+  LayerPointers layer[kDecodeLayersPerLaunch];
+  int layers;
+  const bf16* x_in;  // [B, C]
+  bf16* x_out;       // [B, C]
+  float* h;          // [B, C] the residual stream
+  bf16* qkv;         // [B, 3C]
+  bf16* attn;        // [B, C]
+  bf16* hidden;      // [B, 4C]
+  const int32_t* starts;
+  bool carried;  // h holds the residual of the launch before (layers past kDecodeLayersPerLaunch): x_in is not read
+  unsigned* barrier;
+  unsigned long long* timeline;  // null, or a time stamp per barrier (CTA 0)
+  int B, C, H, cap;
+  float eps;
+  bool norm_f32;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Grid barrier and loads of values other CTAs wrote.
+
+struct GridBarrier {
+  unsigned* counter;
+  unsigned long long* timeline;
+  unsigned target = 0;
+  int crossings = 0;
+  __device__ void sync() {
+    __syncthreads();
+    target += gridDim.x;
+    if (threadIdx.x == 0) {
+      __threadfence();
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+      unsigned seen = 0;
+      do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+      } while (seen < target);
+      __threadfence();
+      if (timeline != nullptr && blockIdx.x == 0) {
+        unsigned long long now;
+        asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
+        timeline[crossings] = now;
+      }
+    }
+    ++crossings;
+    __syncthreads();
+  }
+};
+
+__device__ __forceinline__ uint4 load_shared_rows(const bf16* p) {
+  return __ldcg(reinterpret_cast<const uint4*>(p));
+}
+
+__device__ __forceinline__ float norm_param(const void* p, int i, bool f32, float absent) {
+  if (p == nullptr) return absent;
+  return f32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const bf16*>(p)[i]);
+}
+
+// The slice [total * part / parts, total * (part + 1) / parts) of `total` items.
+__device__ __forceinline__ int2 share(int total, int part, int parts) {
+  return make_int2(static_cast<int>(static_cast<int64_t>(total) * part / parts),
+                   static_cast<int>(static_cast<int64_t>(total) * (part + 1) / parts));
+}
+
+// Rows [first, last) of a [rows, K] bf16 weight towards L2, split among the CTA's threads in 16 KiB pieces.
+__device__ __forceinline__ void prefetch_rows(const bf16* w, int K, int first, int last) {
+  constexpr int64_t kPiece = 16 * 1024;
+  const char* base = reinterpret_cast<const char*>(w + static_cast<int64_t>(first) * K);
+  const int64_t bytes = static_cast<int64_t>(last - first) * K * 2;
+  for (int64_t at = threadIdx.x * kPiece; at < bytes; at += kThreads * kPiece)
+    prefetch_l2(base + at, static_cast<uint32_t>(bytes - at < kPiece ? bytes - at : kPiece));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Staging the rows of a product in shared memory: kRows rows of K bf16, kPad apart; rows past B are zero.
+
+// Each warp norms kRows / kWarps rows, all of their loads issued before the first sum (one L2 round trip a warp).
+template <int kRows>
+__device__ void stage_normed(const Args& a, const void* w, const void* b, bf16* rows) {
+  constexpr int kPerWarp = kRows / kWarps;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, C = a.C, lda = C + kPad, vecs = C / 128;
+  float4 v[kPerWarp][kMaxRowFloat4<kRows>];
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+    const int r = warp + j * kWarps;
+    const float* src = a.h + static_cast<int64_t>(r) * C;
+#pragma unroll
+    for (int i = 0; i < kMaxRowFloat4<kRows>; ++i)
+      v[j][i] = i < vecs && r < a.B ? __ldcg(reinterpret_cast<const float4*>(src + 4 * lane + 128 * i))
+                                    : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+    const int r = warp + j * kWarps;
+    bf16* dst = rows + r * lda;
+    if (r >= a.B) {  // the same for the whole warp
+      for (int c = lane * 8; c < C; c += 256) *reinterpret_cast<uint4*>(dst + c) = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMaxRowFloat4<kRows>; ++i) sum += (v[j][i].x + v[j][i].y) + (v[j][i].z + v[j][i].w);
+    const float mean = warp_sum(sum) / static_cast<float>(C);
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMaxRowFloat4<kRows>; ++i)
+      if (i < vecs) {
+        const float dx = v[j][i].x - mean, dy = v[j][i].y - mean, dz = v[j][i].z - mean, dw = v[j][i].w - mean;
+        sq += (dx * dx + dy * dy) + (dz * dz + dw * dw);
+      }
+    const float rstd = rsqrtf(warp_sum(sq) / static_cast<float>(C) + a.eps);
+#pragma unroll
+    for (int i = 0; i < kMaxRowFloat4<kRows>; ++i)
+      if (i < vecs) {
+        const int c = 4 * lane + 128 * i;
+        const float e[4] = {v[j][i].x, v[j][i].y, v[j][i].z, v[j][i].w};
+        float y[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          y[k] = (e[k] - mean) * rstd * norm_param(w, c + k, a.norm_f32, 1.f) + norm_param(b, c + k, a.norm_f32, 0.f);
+        *reinterpret_cast<uint2*>(dst + c) = make_uint2(ptx::pack_bf16(y[0], y[1]), ptx::pack_bf16(y[2], y[3]));
+      }
+  }
+}
+
+// Rows of K bf16 from global memory (L2: other CTAs wrote them) into shared memory, all copies in flight at once.
+template <int kRows>
+__device__ void stage_copy(const bf16* src, int B, int K, bf16* rows) {
+  const int chunks = K / 8, lda = K + kPad;
+  for (int i = threadIdx.x; i < kRows * chunks; i += kThreads) {
+    const int r = i / chunks, c = (i - r * chunks) * 8;
+    const bool live = r < B;
+    ptx::cp_async16(ptx::smem_addr(rows + r * lda + c), src + static_cast<int64_t>(live ? r : 0) * K + c, live);
+  }
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// One product phase: out columns [8 u0, 8 u1) of rows x W^T, W [N, K], the staged rows in shared memory.
+
+enum class Epilogue { Store, Residual, Gelu };
+
+struct Product {
+  const bf16* w;
+  const bf16* bias;
+  int K, N;
+  Epilogue epilogue;
+  bf16* out;  // Store / Gelu: [B, N]
+};
+
+template <int kRows>
+__device__ void multiply(const Args& a, const Product& p, const bf16* rows, float* sums, int u0, int units) {
+  constexpr int kMT = kRows / 16;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t4 = lane % 4;
+  const int lda = p.K + kPad, slice = p.K / kWarps, k0 = warp * slice;
+  float acc[kMaxUnits][kMT][4];
+#pragma unroll
+  for (int u = 0; u < kMaxUnits; ++u)
+#pragma unroll
+    for (int m = 0; m < kMT; ++m)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[u][m][e] = 0.f;
+  const bf16* wrow = p.w + static_cast<int64_t>(8 * u0 + g) * p.K + k0 + 8 * t4;
+  const bf16* arow = rows + g * lda + k0 + 8 * t4;
+  for (int c = 0; c < slice; c += 32 * kBatch) {
+    uint4 wv[kBatch][kMaxUnits];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+#pragma unroll
+      for (int u = 0; u < kMaxUnits; ++u)
+        if (u < units && c + 32 * j < slice)
+          wv[j][u] = __ldg(reinterpret_cast<const uint4*>(wrow + static_cast<int64_t>(8 * u) * p.K + c + 32 * j));
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (c + 32 * j >= slice) break;
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+        const uint4 lo = *reinterpret_cast<const uint4*>(arow + 16 * m * lda + c + 32 * j);
+        const uint4 hi = *reinterpret_cast<const uint4*>(arow + (16 * m + 8) * lda + c + 32 * j);
+        const uint32_t frag[2][4] = {{lo.x, hi.x, lo.y, hi.y}, {lo.z, hi.z, lo.w, hi.w}};
+#pragma unroll
+        for (int u = 0; u < kMaxUnits; ++u)
+          if (u < units) {
+            const uint32_t b[4] = {wv[j][u].x, wv[j][u].y, wv[j][u].z, wv[j][u].w};
+            ptx::mma(acc[u][m], frag[0], b[0], b[1]);
+            ptx::mma(acc[u][m], frag[1], b[2], b[3]);
+          }
+      }
+    }
+  }
+  // The warps' sums of their K slices, [warp][row][column], then one thread an output adds them.
+  const int cols = units * 8;
+#pragma unroll
+  for (int u = 0; u < kMaxUnits; ++u)
+#pragma unroll
+    for (int m = 0; m < kMT; ++m)
+      if (u < units) {
+        float* at = sums + (warp * kRows + 16 * m + g) * cols + 8 * u + 2 * t4;
+        at[0] = acc[u][m][0];
+        at[1] = acc[u][m][1];
+        at[8 * cols] = acc[u][m][2];
+        at[8 * cols + 1] = acc[u][m][3];
+      }
+  __syncthreads();
+  for (int i = threadIdx.x; i < a.B * cols; i += kThreads) {
+    const int r = i / cols, col = i - r * cols, n = 8 * u0 + col;
+    float v = p.bias != nullptr ? __bfloat162float(p.bias[n]) : 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += sums[(w * kRows + r) * cols + col];
+    const int64_t at = static_cast<int64_t>(r) * p.N + n;
+    switch (p.epilogue) {
+      case Epilogue::Store:
+        p.out[at] = __float2bfloat16(v);
+        break;
+      case Epilogue::Gelu:
+        p.out[at] = __float2bfloat16(gelu_tanh(v));
+        break;
+      case Epilogue::Residual:
+        __stcg(a.h + at, __ldcg(a.h + at) + v);  // this CTA alone owns column n in this phase
+        break;
+    }
+  }
+  __syncthreads();
+}
+
+// The CTA's columns of one product, kMaxUnits groups of 8 at a time. `stage` fills `rows` first.
+template <int kRows, typename Stage>
+__device__ void product_phase(const Args& a, const Product& p, bf16* rows, Stage&& stage) {
+  const int2 mine = share(p.N / 8, blockIdx.x, gridDim.x);
+  if (mine.x == mine.y) return;
+  stage();
+  __syncthreads();
+  // The sums go where the rows were once every warp has read them: past the rows when they fit, else over them.
+  float* sums = reinterpret_cast<float*>(rows + kRows * (p.K + kPad));
+  for (int u0 = mine.x; u0 < mine.y; u0 += kMaxUnits) multiply<kRows>(a, p, rows, sums, u0, min(kMaxUnits, mine.y - u0));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The cache attention of one (row, head) a CTA at a time: lanes in groups of 8, a group reads one key of 64 bf16 (a
+// 16-byte vector a lane), the CTA's 32 groups consecutive keys, kKeyUnroll keys in flight a group; online softmax
+// per group, merged over the warp by shuffles and over the warps in shared memory.
+
+struct AttendScratch {
+  float m[kWarps], l[kWarps];
+  float acc[kWarps][kHead];
+};
+
+__device__ void attention_phase(const Args& a, const LayerPointers& L, AttendScratch& s) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = lane / 8, gl = lane % 8;
+  const int C = a.C, H = a.H, items = a.B * H;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float scale = rsqrtf(static_cast<float>(kHead)) * kLog2e;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const int b = item / H, h = item - b * H;
+    const int start = a.starts[b], seen = min(start + 1, a.cap);
+    const int64_t head = (static_cast<int64_t>(b) * H + h) * a.cap * kHead;
+    const bf16* q_row = a.qkv + static_cast<int64_t>(b) * 3 * C + h * kHead;
+    const bf16* k_new = q_row + C;
+    const bf16* v_new = q_row + 2 * C;
+    if (start < a.cap && threadIdx.x < 16) {
+      const int part = threadIdx.x % 8;
+      const bf16* from = threadIdx.x < 8 ? k_new : v_new;
+      bf16* to = (threadIdx.x < 8 ? L.k_cache : L.v_cache) + head + static_cast<int64_t>(start) * kHead;
+      *reinterpret_cast<uint4*>(to + 8 * part) = load_shared_rows(from + 8 * part);
+    }
+    float q[8];
+    {
+      const uint4 raw = load_shared_rows(q_row + 8 * gl);
+      const bf16* e = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[i] = __bfloat162float(e[i]) * scale;
+    }
+    float m = -INFINITY, l = 0.f, acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    const bf16* keys = L.k_cache + head;
+    const bf16* values = L.v_cache + head;
+    constexpr int kStride = kWarps * 4;  // keys a CTA iteration's unroll step covers
+    for (int base = 0; base < seen; base += kStride * kKeyUnroll) {
+      uint4 kv[kKeyUnroll], vv[kKeyUnroll];
+#pragma unroll
+      for (int u = 0; u < kKeyUnroll; ++u) {
+        const int j = base + u * kStride + warp * 4 + group;
+        if (j < start) {
+          kv[u] = __ldg(reinterpret_cast<const uint4*>(keys + static_cast<int64_t>(j) * kHead + 8 * gl));
+          vv[u] = __ldg(reinterpret_cast<const uint4*>(values + static_cast<int64_t>(j) * kHead + 8 * gl));
+        } else if (j < seen) {
+          kv[u] = load_shared_rows(k_new + 8 * gl);
+          vv[u] = load_shared_rows(v_new + 8 * gl);
+        } else {
+          kv[u] = make_uint4(0, 0, 0, 0);
+          vv[u] = kv[u];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kKeyUnroll; ++u) {
+        const bf16* ke = reinterpret_cast<const bf16*>(&kv[u]);
+        float dot = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dot += q[i] * __bfloat162float(ke[i]);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 4);
+        if (base + u * kStride + warp * 4 + group >= seen) continue;
+        const float m_new = fmaxf(m, dot);
+        const float rescale = exp2f(m - m_new), p = exp2f(dot - m_new);
+        const bf16* ve = reinterpret_cast<const bf16*>(&vv[u]);
+        l = l * rescale + p;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] = acc[i] * rescale + p * __bfloat162float(ve[i]);
+        m = m_new;
+      }
+    }
+    // Merge the warp's four groups: lanes 8 and 16 apart hold the same head elements.
+#pragma unroll
+    for (int o = 8; o < 32; o <<= 1) {
+      const float m_o = __shfl_xor_sync(0xffffffffu, m, o), l_o = __shfl_xor_sync(0xffffffffu, l, o);
+      const float top = fmaxf(m, m_o);
+      const float f = m == -INFINITY ? 0.f : exp2f(m - top), f_o = m_o == -INFINITY ? 0.f : exp2f(m_o - top);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = acc[i] * f + __shfl_xor_sync(0xffffffffu, acc[i], o) * f_o;
+      l = l * f + l_o * f_o;
+      m = top;
+    }
+    if (lane == 0) s.m[warp] = m, s.l[warp] = l;
+    if (lane < 8)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s.acc[warp][8 * gl + i] = acc[i];
+    __syncthreads();
+    if (threadIdx.x < kHead) {
+      float top = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) top = fmaxf(top, s.m[w]);
+      float total = 0.f, sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = s.m[w] == -INFINITY ? 0.f : exp2f(s.m[w] - top);
+        total += s.l[w] * f;
+        sum += s.acc[w][threadIdx.x] * f;
+      }
+      a.attn[static_cast<int64_t>(b) * C + h * kHead + threadIdx.x] = __float2bfloat16(sum / total);
+    }
+    __syncthreads();
+  }
+}
+
+// The L2 prefetches of one block: this CTA's columns of its four weights and the cached rows of its (row, head)s.
+__device__ void prefetch_block(const Args& a, const LayerPointers& L) {
+  const int C = a.C, G = gridDim.x, me = blockIdx.x;
+  const int2 qkv = share(3 * C / 8, me, G), proj = share(C / 8, me, G), fc = share(4 * C / 8, me, G);
+  prefetch_rows(L.qkv_w, C, 8 * qkv.x, 8 * qkv.y);
+  prefetch_rows(L.proj_w, C, 8 * proj.x, 8 * proj.y);
+  prefetch_rows(L.fc_w, C, 8 * fc.x, 8 * fc.y);
+  prefetch_rows(L.out_w, 4 * C, 8 * proj.x, 8 * proj.y);
+  for (int item = me; item < a.B * a.H; item += G) {
+    const int b = item / a.H, h = item - b * a.H;
+    const int cached = min(max(a.starts[b], 0), a.cap);
+    const int64_t head = (static_cast<int64_t>(b) * a.H + h) * a.cap * kHead;
+    prefetch_pair_l2(L.k_cache + head, L.v_cache + head, static_cast<int64_t>(cached) * kHead * 2);
+  }
+}
+
+template <int kRows>
+__global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __grid_constant__ Args a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* rows = reinterpret_cast<bf16*>(smem);
+  AttendScratch& scratch = *reinterpret_cast<AttendScratch*>(smem);
+  GridBarrier barrier{a.barrier, a.timeline};
+  const int C = a.C;
+  const int64_t n = static_cast<int64_t>(a.B) * C;
+  if (!a.carried)
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * kThreads)
+      a.h[i] = __bfloat162float(a.x_in[i]);
+  for (int l = 0; l < a.layers; ++l) {
+    const LayerPointers& L = a.layer[l];
+    prefetch_block(a, L);
+    barrier.sync();
+    product_phase<kRows>(a, Product{L.qkv_w, L.qkv_b, C, 3 * C, Epilogue::Store, a.qkv}, rows,
+                         [&] { stage_normed<kRows>(a, L.ln1_w, L.ln1_b, rows); });
+    barrier.sync();
+    attention_phase(a, L, scratch);
+    barrier.sync();
+    product_phase<kRows>(a, Product{L.proj_w, L.proj_b, C, C, Epilogue::Residual, nullptr}, rows,
+                         [&] { stage_copy<kRows>(a.attn, a.B, C, rows); });
+    barrier.sync();
+    product_phase<kRows>(a, Product{L.fc_w, L.fc_b, C, 4 * C, Epilogue::Gelu, a.hidden}, rows,
+                         [&] { stage_normed<kRows>(a, L.ln2_w, L.ln2_b, rows); });
+    barrier.sync();
+    product_phase<kRows>(a, Product{L.out_w, L.out_b, 4 * C, C, Epilogue::Residual, nullptr}, rows,
+                         [&] { stage_copy<kRows>(a.hidden, a.B, 4 * C, rows); });
+  }
+  barrier.sync();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kThreads)
+    a.x_out[i] = __float2bfloat16(__ldcg(a.h + i));
+}
+
+// Shared memory of a launch: the staged rows of the widest product (the MLP's projection, K = 4C) and the warps'
+// sums beside them, or the attention's scratch.
+size_t shared_bytes(int rows, int64_t C) {
+  const size_t staged = static_cast<size_t>(rows) * static_cast<size_t>(4 * C + kPad) * sizeof(bf16);
+  const size_t sums = static_cast<size_t>(kWarps) * rows * kMaxUnits * 8 * sizeof(float);
+  return std::max(staged + sums, sizeof(AttendScratch));
+}
+
+int padded_rows(int64_t rows) {
+  return rows <= 16 ? 16 : 32;
+}
+
+// RETORT_DECODE_LAYERS_PROFILE=1: eager launches wait for the kernel and add its phase times to a table printed at
+// exit (a JSON line on stderr), for the benchmarks' breakdown. Graph captures are never profiled.
+struct PhaseProfile {
+  std::mutex mutex;
+  std::vector<double> us;  // [init + 5 phases a layer ...] summed over steps
+  int64_t steps = 0;
+  unsigned long long* device = nullptr;
+  static PhaseProfile& get() {
+    static PhaseProfile* profile = [] {
+      auto* p = new PhaseProfile;
+      std::atexit([] { get().print(); });
+      return p;
+    }();
+    return *profile;
+  }
+  void print() {
+    if (steps == 0) return;
+    std::string line = "{\"gpt_decode_layers_phase_us\": [";
+    for (size_t i = 0; i < us.size(); ++i) line += (i ? ", " : "") + fmt::format("{:.3f}", us[i] / steps);
+    line += fmt::format("], \"steps\": {}}}\n", steps);
+    std::fputs(line.c_str(), stderr);
+  }
+};
+
+bool profiling() {
+  static const bool on = [] {
+    const char* v = std::getenv("RETORT_DECODE_LAYERS_PROFILE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+bool stream_capturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  RETORT_CUDA_CHECK(cudaStreamIsCapturing(rc::current_stream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+bool gpt_decode_layers_shared_fits(int64_t rows, int64_t width) {
+  const int device = rc::current_device();
+  return shared_bytes(padded_rows(rows), width) <= rc::device_properties(device).sharedMemPerBlockOptin;
+}
+
+void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layers, const Tensor& starts, int n_head,
+                       float eps, Tensor& out) {
+  rc::DeviceGuard guard(device_of(x, "gpt_decode_layers"));
+  const int64_t B = x.size(0), C = x.size(1);
+  const int rows = padded_rows(B);
+  const size_t shared = shared_bytes(rows, C);
+  const auto kernel = rows == 16 ? &gpt_decode_layers_kernel<16> : &gpt_decode_layers_kernel<32>;
+  RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  int per_sm = 0;
+  RETORT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared));
+  check(per_sm >= 1, "gpt_decode_layers (CUDA): a CTA with {} bytes of shared memory does not fit a multiprocessor",
+        shared);
+  const int grid = sm_count();
+
+  // The workspace: the residual rows (f32), q|k|v, the attention output and the MLP's hidden rows (bf16), and the
+  // barrier's counter.
+  Tensor workspace = Tensor::empty({B * C + B * 8 * C / 2 + 4}, DType::F32, x.device());  // in 4-byte words
+  char* base = static_cast<char*>(workspace.raw_data());
+  Args a{};
+  a.h = reinterpret_cast<float*>(base);
+  a.qkv = reinterpret_cast<bf16*>(base + B * C * 4);
+  a.attn = a.qkv + B * 3 * C;
+  a.hidden = a.attn + B * C;
+  a.barrier = reinterpret_cast<unsigned*>(a.hidden + B * 4 * C);
+  a.x_in = x.data<bf16>();
+  a.x_out = out.data<bf16>();
+  a.starts = starts.data<int32_t>();
+  a.B = static_cast<int>(B);
+  a.C = static_cast<int>(C);
+  a.H = n_head;
+  a.cap = static_cast<int>(layers.front().k_cache.size(2));
+  a.eps = eps;
+  a.norm_f32 = layers.front().ln1_weight.dtype() == DType::F32;
+
+  PhaseProfile* profile = profiling() && !stream_capturing() ? &PhaseProfile::get() : nullptr;
+  const int max_crossings = 1 + 5 * kDecodeLayersPerLaunch + 1;
+  if (profile != nullptr && profile->device == nullptr)
+    RETORT_CUDA_CHECK(cudaMalloc(&profile->device, sizeof(unsigned long long) * (max_crossings + 1)));
+
+  const auto pointer = [](const Tensor& t) -> const void* { return t.defined() ? t.raw_data() : nullptr; };
+  const auto weights = [](const Tensor& t) -> const bf16* { return t.defined() ? t.data<bf16>() : nullptr; };
+  for (size_t first = 0; first < layers.size(); first += kDecodeLayersPerLaunch) {
+    const size_t count = std::min(layers.size() - first, static_cast<size_t>(kDecodeLayersPerLaunch));
+    a.layers = static_cast<int>(count);
+    for (size_t i = 0; i < count; ++i) {
+      const GptDecodeLayer& l = layers[first + i];
+      a.layer[i] = LayerPointers{pointer(l.ln1_weight), pointer(l.ln1_bias), weights(l.qkv_weight),
+                                 weights(l.qkv_bias),   weights(l.proj_weight), weights(l.proj_bias),
+                                 pointer(l.ln2_weight), pointer(l.ln2_bias), weights(l.fc_weight),
+                                 weights(l.fc_bias),    weights(l.out_weight), weights(l.out_bias),
+                                 l.k_cache.data<bf16>(), l.v_cache.data<bf16>()};
+    }
+    // Launches after the first go on from the float32 residual the one before left in the workspace.
+    a.carried = first > 0;
+    a.timeline = profile != nullptr ? profile->device : nullptr;
+    RETORT_CUDA_CHECK(cudaMemsetAsync(a.barrier, 0, sizeof(unsigned), rc::current_stream()));
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(grid));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = shared;
+    config.stream = rc::current_stream();
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeCooperative;
+    attribute[0].val.cooperative = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    RETORT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
+    RETORT_CUDA_CHECK_LAUNCH();
+    if (profile != nullptr) {
+      const int crossings = 1 + 5 * static_cast<int>(count);
+      std::vector<unsigned long long> stamps(static_cast<size_t>(crossings));
+      RETORT_CUDA_CHECK(cudaMemcpyAsync(stamps.data(), profile->device, sizeof(unsigned long long) * crossings,
+                                        cudaMemcpyDeviceToHost, rc::current_stream()));
+      RETORT_CUDA_CHECK(cudaStreamSynchronize(rc::current_stream()));
+      std::lock_guard<std::mutex> lock(profile->mutex);
+      // Phase i runs from crossing i to i + 1: layer l's q|k|v product is phase 5 l, then its attention, projection,
+      // first MLP product and MLP projection (with the next layer's prefetches).
+      if (profile->us.size() < static_cast<size_t>(crossings - 1)) profile->us.resize(crossings - 1, 0.0);
+      for (int i = 0; i + 1 < crossings; ++i) profile->us[i] += (stamps[i + 1] - stamps[i]) / 1000.0;
+      if (first == 0) ++profile->steps;
+    }
+  }
+}
+
+}  // namespace retort::kernels::cuda

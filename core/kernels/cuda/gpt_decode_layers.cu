@@ -125,9 +125,14 @@ __device__ __forceinline__ uint4 load_shared_rows(const bf16* p) {
   return __ldcg(reinterpret_cast<const uint4*>(p));
 }
 
-__device__ __forceinline__ float norm_param(const void* p, int i, bool f32, float absent) {
-  if (p == nullptr) return absent;
-  return f32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const bf16*>(p)[i]);
+// Four consecutive elements of a norm's weight or bias (f32 or bf16), or `absent` for an undefined bias.
+__device__ __forceinline__ float4 norm_params(const void* p, int i, bool f32, float absent) {
+  if (p == nullptr) return make_float4(absent, absent, absent, absent);
+  if (f32) return __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p) + i));
+  const uint2 raw = __ldg(reinterpret_cast<const uint2*>(static_cast<const bf16*>(p) + i));
+  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+  return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
 }
 
 // The slice [total * part / parts, total * (part + 1) / parts) of `total` items.
@@ -148,52 +153,61 @@ __device__ __forceinline__ void prefetch_rows(const bf16* w, int K, int first, i
 // ---------------------------------------------------------------------------------------------------------------
 // Staging the rows of a product in shared memory: kRows rows of K bf16, kPad apart; rows past B are zero.
 
-// Each warp norms kRows / kWarps rows, all of their loads issued before the first sum (one L2 round trip a warp).
+// Each warp norms rows warp, warp + kWarps, ..., two at a time with both rows' loads in flight together (more would
+// spill at 32 rows), the norm's weight and bias loaded once into registers.
 template <int kRows>
 __device__ void stage_normed(const Args& a, const void* w, const void* b, bf16* rows) {
-  constexpr int kPerWarp = kRows / kWarps;
+  constexpr int kVecs = kMaxRowFloat4<kRows>, kPerPass = 2;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, C = a.C, lda = C + kPad, vecs = C / 128;
-  float4 v[kPerWarp][kMaxRowFloat4<kRows>];
+  float4 gamma[kVecs], beta[kVecs];
 #pragma unroll
-  for (int j = 0; j < kPerWarp; ++j) {
-    const int r = warp + j * kWarps;
-    const float* src = a.h + static_cast<int64_t>(r) * C;
-#pragma unroll
-    for (int i = 0; i < kMaxRowFloat4<kRows>; ++i)
-      v[j][i] = i < vecs && r < a.B ? __ldcg(reinterpret_cast<const float4*>(src + 4 * lane + 128 * i))
-                                    : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-#pragma unroll
-  for (int j = 0; j < kPerWarp; ++j) {
-    const int r = warp + j * kWarps;
-    bf16* dst = rows + r * lda;
-    if (r >= a.B) {  // the same for the whole warp
-      for (int c = lane * 8; c < C; c += 256) *reinterpret_cast<uint4*>(dst + c) = make_uint4(0, 0, 0, 0);
-      continue;
+  for (int i = 0; i < kVecs; ++i)
+    if (i < vecs) {
+      gamma[i] = norm_params(w, 4 * lane + 128 * i, a.norm_f32, 1.f);
+      beta[i] = norm_params(b, 4 * lane + 128 * i, a.norm_f32, 0.f);
     }
-    float sum = 0.f;
+#pragma unroll 1
+  for (int first = warp; first < kRows; first += kPerPass * kWarps) {
+    float4 v[kPerPass][kVecs];
 #pragma unroll
-    for (int i = 0; i < kMaxRowFloat4<kRows>; ++i) sum += (v[j][i].x + v[j][i].y) + (v[j][i].z + v[j][i].w);
-    const float mean = warp_sum(sum) / static_cast<float>(C);
-    float sq = 0.f;
+    for (int j = 0; j < kPerPass; ++j) {
+      const int r = first + j * kWarps;
+      const float* src = a.h + static_cast<int64_t>(r) * C;
 #pragma unroll
-    for (int i = 0; i < kMaxRowFloat4<kRows>; ++i)
-      if (i < vecs) {
-        const float dx = v[j][i].x - mean, dy = v[j][i].y - mean, dz = v[j][i].z - mean, dw = v[j][i].w - mean;
-        sq += (dx * dx + dy * dy) + (dz * dz + dw * dw);
+      for (int i = 0; i < kVecs; ++i)
+        v[j][i] = i < vecs && r < a.B ? __ldcg(reinterpret_cast<const float4*>(src + 4 * lane + 128 * i))
+                                      : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int j = 0; j < kPerPass; ++j) {
+      const int r = first + j * kWarps;
+      if (r >= kRows) break;
+      bf16* dst = rows + r * lda;
+      if (r >= a.B) {  // the same for the whole warp
+        for (int c = lane * 8; c < C; c += 256) *reinterpret_cast<uint4*>(dst + c) = make_uint4(0, 0, 0, 0);
+        continue;
       }
-    const float rstd = rsqrtf(warp_sum(sq) / static_cast<float>(C) + a.eps);
+      float sum = 0.f;
 #pragma unroll
-    for (int i = 0; i < kMaxRowFloat4<kRows>; ++i)
-      if (i < vecs) {
-        const int c = 4 * lane + 128 * i;
-        const float e[4] = {v[j][i].x, v[j][i].y, v[j][i].z, v[j][i].w};
-        float y[4];
+      for (int i = 0; i < kVecs; ++i) sum += (v[j][i].x + v[j][i].y) + (v[j][i].z + v[j][i].w);
+      const float mean = warp_sum(sum) / static_cast<float>(C);
+      float sq = 0.f;
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-          y[k] = (e[k] - mean) * rstd * norm_param(w, c + k, a.norm_f32, 1.f) + norm_param(b, c + k, a.norm_f32, 0.f);
-        *reinterpret_cast<uint2*>(dst + c) = make_uint2(ptx::pack_bf16(y[0], y[1]), ptx::pack_bf16(y[2], y[3]));
-      }
+      for (int i = 0; i < kVecs; ++i)
+        if (i < vecs) {
+          const float dx = v[j][i].x - mean, dy = v[j][i].y - mean, dz = v[j][i].z - mean, dw = v[j][i].w - mean;
+          sq += (dx * dx + dy * dy) + (dz * dz + dw * dw);
+        }
+      const float rstd = rsqrtf(warp_sum(sq) / static_cast<float>(C) + a.eps);
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i)
+        if (i < vecs) {
+          const float4 x = v[j][i], g = gamma[i], be = beta[i];
+          *reinterpret_cast<uint2*>(dst + 4 * lane + 128 * i) =
+              make_uint2(ptx::pack_bf16((x.x - mean) * rstd * g.x + be.x, (x.y - mean) * rstd * g.y + be.y),
+                         ptx::pack_bf16((x.z - mean) * rstd * g.z + be.z, (x.w - mean) * rstd * g.w + be.w));
+        }
+    }
   }
 }
 
@@ -201,10 +215,15 @@ __device__ void stage_normed(const Args& a, const void* w, const void* b, bf16* 
 template <int kRows>
 __device__ void stage_copy(const bf16* src, int B, int K, bf16* rows) {
   const int chunks = K / 8, lda = K + kPad;
-  for (int i = threadIdx.x; i < kRows * chunks; i += kThreads) {
-    const int r = i / chunks, c = (i - r * chunks) * 8;
+  // (r, c) walks the 16-byte chunks kThreads apart without a division a chunk.
+  int r = threadIdx.x / chunks, c = threadIdx.x - r * chunks;
+  const int row_step = kThreads / chunks, chunk_step = kThreads - row_step * chunks;
+  while (r < kRows) {
     const bool live = r < B;
-    ptx::cp_async16(ptx::smem_addr(rows + r * lda + c), src + static_cast<int64_t>(live ? r : 0) * K + c, live);
+    ptx::cp_async16(ptx::smem_addr(rows + r * lda + 8 * c), src + static_cast<int64_t>(live ? r : 0) * K + 8 * c, live);
+    r += row_step;
+    c += chunk_step;
+    if (c >= chunks) c -= chunks, ++r;
   }
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();

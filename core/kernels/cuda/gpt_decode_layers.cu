@@ -46,8 +46,6 @@ using namespace detail;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxUnits = 4;        // groups of 8 output columns a product pass holds in registers
-constexpr int kBatch = 4;           // 32-wide K slices whose weight loads a warp issues before using them
 constexpr int kPad = 32;            // bf16 after each staged row: rows 64 bytes apart mod 128, conflict-free reads
 constexpr int kHead = static_cast<int>(kDecodeLayersHead);
 constexpr int kKeyUnroll = 4;       // keys each lane group has in flight
@@ -99,17 +97,17 @@ struct GridBarrier {
   unsigned long long* timeline;
   unsigned target = 0;
   int crossings = 0;
+  // The block's writes reach the other CTAs through the CTA barrier and thread 0's release (cumulative); thread 0's
+  // acquire and the CTA barrier after it make theirs visible here.
   __device__ void sync() {
     __syncthreads();
     target += gridDim.x;
     if (threadIdx.x == 0) {
-      __threadfence();
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
       unsigned seen = 0;
       do {
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
       } while (seen < target);
-      __threadfence();
       if (timeline != nullptr && blockIdx.x == 0) {
         unsigned long long now;
         asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
@@ -120,6 +118,16 @@ struct GridBarrier {
     __syncthreads();
   }
 };
+
+// A 16-byte shared-memory load kept in program order with the products around it (volatile, as ptx::mma is), so
+// that the compiler does not hoist every operand of a fully unrolled product loop ahead of the first product.
+__device__ __forceinline__ uint4 shared_load(const bf16* p) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(ptx::smem_addr(p)));
+  return v;
+}
 
 __device__ __forceinline__ uint4 load_shared_rows(const bf16* p) {
   return __ldcg(reinterpret_cast<const uint4*>(p));
@@ -153,74 +161,18 @@ __device__ __forceinline__ void prefetch_rows(const bf16* w, int K, int first, i
 // ---------------------------------------------------------------------------------------------------------------
 // Staging the rows of a product in shared memory: kRows rows of K bf16, kPad apart; rows past B are zero.
 
-// Each warp norms rows warp, warp + kWarps, ..., two at a time with both rows' loads in flight together (more would
-// spill at 32 rows), the norm's weight and bias loaded once into registers.
-template <int kRows>
-__device__ void stage_normed(const Args& a, const void* w, const void* b, bf16* rows) {
-  constexpr int kVecs = kMaxRowFloat4<kRows>, kPerPass = 2;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, C = a.C, lda = C + kPad, vecs = C / 128;
-  float4 gamma[kVecs], beta[kVecs];
-#pragma unroll
-  for (int i = 0; i < kVecs; ++i)
-    if (i < vecs) {
-      gamma[i] = norm_params(w, 4 * lane + 128 * i, a.norm_f32, 1.f);
-      beta[i] = norm_params(b, 4 * lane + 128 * i, a.norm_f32, 0.f);
-    }
-#pragma unroll 1
-  for (int first = warp; first < kRows; first += kPerPass * kWarps) {
-    float4 v[kPerPass][kVecs];
-#pragma unroll
-    for (int j = 0; j < kPerPass; ++j) {
-      const int r = first + j * kWarps;
-      const float* src = a.h + static_cast<int64_t>(r) * C;
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i)
-        v[j][i] = i < vecs && r < a.B ? __ldcg(reinterpret_cast<const float4*>(src + 4 * lane + 128 * i))
-                                      : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int j = 0; j < kPerPass; ++j) {
-      const int r = first + j * kWarps;
-      if (r >= kRows) break;
-      bf16* dst = rows + r * lda;
-      if (r >= a.B) {  // the same for the whole warp
-        for (int c = lane * 8; c < C; c += 256) *reinterpret_cast<uint4*>(dst + c) = make_uint4(0, 0, 0, 0);
-        continue;
-      }
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i) sum += (v[j][i].x + v[j][i].y) + (v[j][i].z + v[j][i].w);
-      const float mean = warp_sum(sum) / static_cast<float>(C);
-      float sq = 0.f;
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i)
-        if (i < vecs) {
-          const float dx = v[j][i].x - mean, dy = v[j][i].y - mean, dz = v[j][i].z - mean, dw = v[j][i].w - mean;
-          sq += (dx * dx + dy * dy) + (dz * dz + dw * dw);
-        }
-      const float rstd = rsqrtf(warp_sum(sq) / static_cast<float>(C) + a.eps);
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i)
-        if (i < vecs) {
-          const float4 x = v[j][i], g = gamma[i], be = beta[i];
-          *reinterpret_cast<uint2*>(dst + 4 * lane + 128 * i) =
-              make_uint2(ptx::pack_bf16((x.x - mean) * rstd * g.x + be.x, (x.y - mean) * rstd * g.y + be.y),
-                         ptx::pack_bf16((x.z - mean) * rstd * g.z + be.z, (x.w - mean) * rstd * g.w + be.w));
-        }
-    }
-  }
-}
-
-// Rows of K bf16 from global memory (L2: other CTAs wrote them) into shared memory, all copies in flight at once.
-template <int kRows>
-__device__ void stage_copy(const bf16* src, int B, int K, bf16* rows) {
-  const int chunks = K / 8, lda = K + kPad;
-  // (r, c) walks the 16-byte chunks kThreads apart without a division a chunk.
+// `rows` rows of `chunks` 16-byte pieces from global memory (L2: other CTAs wrote them) into shared memory, every
+// copy in flight at once; rows from `live` on are zero-filled. (r, c) walks the pieces kThreads apart without a
+// division a piece.
+__device__ __forceinline__ void copy_rows(void* dst, int dst_stride, const void* src, int src_stride, int rows,
+                                          int live, int chunks) {
   int r = threadIdx.x / chunks, c = threadIdx.x - r * chunks;
   const int row_step = kThreads / chunks, chunk_step = kThreads - row_step * chunks;
-  while (r < kRows) {
-    const bool live = r < B;
-    ptx::cp_async16(ptx::smem_addr(rows + r * lda + 8 * c), src + static_cast<int64_t>(live ? r : 0) * K + 8 * c, live);
+  const uint32_t base = ptx::smem_addr(dst);
+  while (r < rows) {
+    const bool valid = r < live;
+    ptx::cp_async16(base + r * dst_stride + 16 * c,
+                    static_cast<const char*>(src) + static_cast<int64_t>(valid ? r : 0) * src_stride + 16 * c, valid);
     r += row_step;
     c += chunk_step;
     if (c >= chunks) c -= chunks, ++r;
@@ -229,8 +181,62 @@ __device__ void stage_copy(const bf16* src, int B, int K, bf16* rows) {
   ptx::cp_async_wait<0>();
 }
 
+// LayerNorm of the residual rows: the float32 rows copied into shared memory past the staged rows (all in flight
+// at once), then each warp norms rows warp, warp + kWarps, ... from there (the norm's weight and bias from L1) and
+// stores them as bf16.
+template <int kRows>
+__device__ void stage_normed(const Args& a, const void* w, const void* b, bf16* rows) {
+  constexpr int kVecs = kMaxRowFloat4<kRows>;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, C = a.C, lda = C + kPad, vecs = C / 128;
+  float* raw = reinterpret_cast<float*>(rows + kRows * lda);
+  copy_rows(raw, C * 4, a.h, C * 4, a.B, a.B, C / 4);
+  __syncthreads();
+#pragma unroll 1
+  for (int r = warp; r < kRows; r += kWarps) {
+    bf16* dst = rows + r * lda;
+    if (r >= a.B) {  // the same for the whole warp
+      for (int c = lane * 8; c < C; c += 256) *reinterpret_cast<uint4*>(dst + c) = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    float4 v[kVecs];
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      v[i] = i < vecs ? *reinterpret_cast<const float4*>(raw + r * C + 4 * lane + 128 * i) : make_float4(0, 0, 0, 0);
+      sum += (v[i].x + v[i].y) + (v[i].z + v[i].w);
+    }
+    const float mean = warp_sum(sum) / static_cast<float>(C);
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i)
+      if (i < vecs) {
+        const float dx = v[i].x - mean, dy = v[i].y - mean, dz = v[i].z - mean, dw = v[i].w - mean;
+        sq += (dx * dx + dy * dy) + (dz * dz + dw * dw);
+      }
+    const float rstd = rsqrtf(warp_sum(sq) / static_cast<float>(C) + a.eps);
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i)
+      if (i < vecs) {
+        const float4 x = v[i], g = norm_params(w, 4 * lane + 128 * i, a.norm_f32, 1.f),
+                     be = norm_params(b, 4 * lane + 128 * i, a.norm_f32, 0.f);
+        *reinterpret_cast<uint2*>(dst + 4 * lane + 128 * i) =
+            make_uint2(ptx::pack_bf16((x.x - mean) * rstd * g.x + be.x, (x.y - mean) * rstd * g.y + be.y),
+                       ptx::pack_bf16((x.z - mean) * rstd * g.z + be.z, (x.w - mean) * rstd * g.w + be.w));
+      }
+  }
+}
+
+template <int kRows>
+__device__ void stage_copy(const bf16* src, int B, int K, bf16* rows) {
+  copy_rows(rows, (K + kPad) * 2, src, K * 2, kRows, B, K / 8);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
-// One product phase: out columns [8 u0, 8 u1) of rows x W^T, W [N, K], the staged rows in shared memory.
+// One product phase: out columns [8 u0, 8 u0 + 8 units) of rows x W^T, W [N, K], the staged rows in shared memory.
+//
+// K = kSplits C (1, or 4 for the MLP's projection). A warp multiplies its eighth of each C-wide split of K, in
+// 32-wide pieces; a slot is one (unit, split) pair, so a pass holds kMaxSlots / kSplits units. The weight pieces of a
+// pass are loaded into registers before the grid barrier that opens the phase: they do not depend on the step.
 
 enum class Epilogue { Store, Residual, Gelu };
 
@@ -242,50 +248,71 @@ struct Product {
   bf16* out;  // Store / Gelu: [B, N]
 };
 
-template <int kRows>
-__device__ void multiply(const Args& a, const Product& p, const bf16* rows, float* sums, int u0, int units) {
-  constexpr int kMT = kRows / 16;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t4 = lane % 4;
-  const int lda = p.K + kPad, slice = p.K / kWarps, k0 = warp * slice;
-  float acc[kMaxUnits][kMT][4];
+constexpr int kMaxSlots = 4;
+constexpr int kMaxChunks = 4;  // 32-wide pieces of a warp's eighth of C (C <= 1024)
+constexpr int kMaxOutputs = 4;  // outputs a thread finishes in a pass: 32 rows x 32 columns over kThreads
+
+struct WeightTile {
+  uint4 w[kMaxSlots][kMaxChunks];
+};
+
+template <int kSplits>
+__device__ void load_weights(const Product& p, int C, int u0, int units, WeightTile& t) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t4 = lane % 4, chunks = C / 256;
+  const bf16* base = p.w + static_cast<int64_t>(8 * u0 + g) * p.K + warp * (C / 8) + 8 * t4;
 #pragma unroll
-  for (int u = 0; u < kMaxUnits; ++u)
+  for (int s = 0; s < kMaxSlots; ++s) {
+    const int unit = s / kSplits, split = s % kSplits;
+    if (unit < units)
+#pragma unroll
+      for (int c = 0; c < kMaxChunks; ++c)
+        if (c < chunks)
+          t.w[s][c] = __ldg(reinterpret_cast<const uint4*>(base + static_cast<int64_t>(8 * unit) * p.K + split * C + 32 * c));
+  }
+}
+
+template <int kRows, int kSplits>
+__device__ void multiply(const Args& a, const Product& p, const bf16* rows, float* sums, int u0, int units,
+                         const WeightTile& t) {
+  constexpr int kMT = kRows / 16, kUnits = kMaxSlots / kSplits;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t4 = lane % 4, C = a.C;
+  const int lda = p.K + kPad, chunks = C / 256, cols = units * 8;
+  // The residual values this thread adds to, loaded while the products run.
+  float residual[kMaxOutputs];
+  if (p.epilogue == Epilogue::Residual)
+#pragma unroll
+    for (int k = 0; k < kMaxOutputs; ++k) {
+      const int i = threadIdx.x + k * kThreads, r = i / cols, col = i - r * cols;
+      residual[k] = i < a.B * cols ? __ldcg(a.h + static_cast<int64_t>(r) * p.N + 8 * u0 + col) : 0.f;
+    }
+  float acc[kUnits][kMT][4];
+#pragma unroll
+  for (int u = 0; u < kUnits; ++u)
 #pragma unroll
     for (int m = 0; m < kMT; ++m)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[u][m][e] = 0.f;
-  const bf16* wrow = p.w + static_cast<int64_t>(8 * u0 + g) * p.K + k0 + 8 * t4;
-  const bf16* arow = rows + g * lda + k0 + 8 * t4;
-  for (int c = 0; c < slice; c += 32 * kBatch) {
-    uint4 wv[kBatch][kMaxUnits];
+  const bf16* arow = rows + g * lda + warp * (C / 8) + 8 * t4;
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j)
+  for (int s = 0; s < kMaxSlots; ++s) {
+    const int unit = s / kSplits, split = s % kSplits;
+    if (unit >= units) continue;
 #pragma unroll
-      for (int u = 0; u < kMaxUnits; ++u)
-        if (u < units && c + 32 * j < slice)
-          wv[j][u] = __ldg(reinterpret_cast<const uint4*>(wrow + static_cast<int64_t>(8 * u) * p.K + c + 32 * j));
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (c + 32 * j >= slice) break;
+    for (int c = 0; c < kMaxChunks; ++c) {
+      if (c >= chunks) continue;
 #pragma unroll
       for (int m = 0; m < kMT; ++m) {
-        const uint4 lo = *reinterpret_cast<const uint4*>(arow + 16 * m * lda + c + 32 * j);
-        const uint4 hi = *reinterpret_cast<const uint4*>(arow + (16 * m + 8) * lda + c + 32 * j);
-        const uint32_t frag[2][4] = {{lo.x, hi.x, lo.y, hi.y}, {lo.z, hi.z, lo.w, hi.w}};
-#pragma unroll
-        for (int u = 0; u < kMaxUnits; ++u)
-          if (u < units) {
-            const uint32_t b[4] = {wv[j][u].x, wv[j][u].y, wv[j][u].z, wv[j][u].w};
-            ptx::mma(acc[u][m], frag[0], b[0], b[1]);
-            ptx::mma(acc[u][m], frag[1], b[2], b[3]);
-          }
+        const bf16* at = arow + 16 * m * lda + split * C + 32 * c;
+        const uint4 lo = shared_load(at), hi = shared_load(at + 8 * lda);
+        const uint32_t frag0[4] = {lo.x, hi.x, lo.y, hi.y}, frag1[4] = {lo.z, hi.z, lo.w, hi.w};
+        ptx::mma(acc[unit][m], frag0, t.w[s][c].x, t.w[s][c].y);
+        ptx::mma(acc[unit][m], frag1, t.w[s][c].z, t.w[s][c].w);
       }
     }
   }
   // The warps' sums of their K slices, [warp][row][column], then one thread an output adds them.
-  const int cols = units * 8;
 #pragma unroll
-  for (int u = 0; u < kMaxUnits; ++u)
+  for (int u = 0; u < kUnits; ++u)
 #pragma unroll
     for (int m = 0; m < kMT; ++m)
       if (u < units) {
@@ -296,7 +323,10 @@ __device__ void multiply(const Args& a, const Product& p, const bf16* rows, floa
         at[8 * cols + 1] = acc[u][m][3];
       }
   __syncthreads();
-  for (int i = threadIdx.x; i < a.B * cols; i += kThreads) {
+#pragma unroll
+  for (int k = 0; k < kMaxOutputs; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i >= a.B * cols) break;
     const int r = i / cols, col = i - r * cols, n = 8 * u0 + col;
     float v = p.bias != nullptr ? __bfloat162float(p.bias[n]) : 0.f;
 #pragma unroll
@@ -310,51 +340,78 @@ __device__ void multiply(const Args& a, const Product& p, const bf16* rows, floa
         p.out[at] = __float2bfloat16(gelu_tanh(v));
         break;
       case Epilogue::Residual:
-        __stcg(a.h + at, __ldcg(a.h + at) + v);  // this CTA alone owns column n in this phase
+        __stcg(a.h + at, residual[k] + v);  // this CTA alone owns column n in this phase
         break;
     }
   }
   __syncthreads();
 }
 
-// The CTA's columns of one product, kMaxUnits groups of 8 at a time. `stage` fills `rows` first.
-template <int kRows, typename Stage>
-__device__ void product_phase(const Args& a, const Product& p, bf16* rows, Stage&& stage) {
+// How a product's rows are staged: the LayerNorm of the residual (norm weight and bias), or a copy of `src`.
+struct Staging {
+  const void* norm_w;
+  const void* norm_b;
+  const bf16* src;  // null: the norm
+};
+
+// The CTA's columns of one product: the first pass's weights loaded, the grid barrier (the rows are then written),
+// the rows staged, then the passes. Not inlined, as the attention phase: each phase gets the registers on its own
+// instead of the whole layer's code competing for them in one allocation.
+template <int kRows, int kSplits>
+__device__ __noinline__ void product_phase(const Args& a, const Product p, const Staging stage, bf16* rows,
+                                           GridBarrier& barrier) {
+  constexpr int kUnits = kMaxSlots / kSplits;
   const int2 mine = share(p.N / 8, blockIdx.x, gridDim.x);
-  if (mine.x == mine.y) return;
-  stage();
+  int u0 = mine.x, units = min(kUnits, mine.y - u0);
+  WeightTile t;
+  if (units > 0) load_weights<kSplits>(p, a.C, u0, units, t);
+  barrier.sync();
+  if (units <= 0) return;
+  if (stage.src == nullptr)
+    stage_normed<kRows>(a, stage.norm_w, stage.norm_b, rows);
+  else
+    stage_copy<kRows>(stage.src, a.B, p.K, rows);
   __syncthreads();
-  // The sums go where the rows were once every warp has read them: past the rows when they fit, else over them.
   float* sums = reinterpret_cast<float*>(rows + kRows * (p.K + kPad));
-  for (int u0 = mine.x; u0 < mine.y; u0 += kMaxUnits) multiply<kRows>(a, p, rows, sums, u0, min(kMaxUnits, mine.y - u0));
+  for (;;) {
+    multiply<kRows, kSplits>(a, p, rows, sums, u0, units, t);
+    u0 += units;
+    if (u0 >= mine.y) break;
+    units = min(kUnits, mine.y - u0);
+    load_weights<kSplits>(p, a.C, u0, units, t);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// The cache attention of one (row, head) a CTA at a time: lanes in groups of 8, a group reads one key of 64 bf16 (a
-// 16-byte vector a lane), the CTA's 32 groups consecutive keys, kKeyUnroll keys in flight a group; online softmax
-// per group, merged over the warp by shuffles and over the warps in shared memory.
+// The cache attention. A CTA takes its (row, head) items kWarps at a time, all at once: warp w works for item
+// w % n of the n, with the other warps of that item splitting its keys. Lanes form groups of 8, a group reads one key
+// of 64 bf16 (a 16-byte vector a lane), kKeyUnroll keys in flight a group; online softmax per group, merged over the
+// warp by shuffles and over the item's warps in shared memory.
 
 struct AttendScratch {
   float m[kWarps], l[kWarps];
   float acc[kWarps][kHead];
 };
 
-__device__ void attention_phase(const Args& a, const LayerPointers& L, AttendScratch& s) {
+__device__ __noinline__ void attention_phase(const Args& a, const LayerPointers& L, AttendScratch& s) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = lane / 8, gl = lane % 8;
-  const int C = a.C, H = a.H, items = a.B * H;
+  const int C = a.C, H = a.H, items = a.B * H, G = gridDim.x;
   constexpr float kLog2e = 1.4426950408889634f;
   const float scale = rsqrtf(static_cast<float>(kHead)) * kLog2e;
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+  for (int first = blockIdx.x; first < items; first += kWarps * G) {
+    const int n = min(kWarps, (items - first + G - 1) / G);  // items this round
+    const int mine = warp % n, rank = warp / n, team = (kWarps - mine + n - 1) / n;  // warps on item `mine`
+    const int item = first + mine * G;
     const int b = item / H, h = item - b * H;
     const int start = a.starts[b], seen = min(start + 1, a.cap);
     const int64_t head = (static_cast<int64_t>(b) * H + h) * a.cap * kHead;
     const bf16* q_row = a.qkv + static_cast<int64_t>(b) * 3 * C + h * kHead;
     const bf16* k_new = q_row + C;
     const bf16* v_new = q_row + 2 * C;
-    if (start < a.cap && threadIdx.x < 16) {
-      const int part = threadIdx.x % 8;
-      const bf16* from = threadIdx.x < 8 ? k_new : v_new;
-      bf16* to = (threadIdx.x < 8 ? L.k_cache : L.v_cache) + head + static_cast<int64_t>(start) * kHead;
+    if (start < a.cap && rank == 0 && lane < 16) {  // the append, by the item's first warp
+      const int part = lane % 8;
+      const bf16* from = lane < 8 ? k_new : v_new;
+      bf16* to = (lane < 8 ? L.k_cache : L.v_cache) + head + static_cast<int64_t>(start) * kHead;
       *reinterpret_cast<uint4*>(to + 8 * part) = load_shared_rows(from + 8 * part);
     }
     float q[8];
@@ -367,12 +424,12 @@ __device__ void attention_phase(const Args& a, const LayerPointers& L, AttendScr
     float m = -INFINITY, l = 0.f, acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     const bf16* keys = L.k_cache + head;
     const bf16* values = L.v_cache + head;
-    constexpr int kStride = kWarps * 4;  // keys a CTA iteration's unroll step covers
-    for (int base = 0; base < seen; base += kStride * kKeyUnroll) {
+    const int stride = team * 4;  // keys the item's warps cover in one unroll step
+    for (int base = rank * 4 + group; base - group - rank * 4 < seen; base += stride * kKeyUnroll) {
       uint4 kv[kKeyUnroll], vv[kKeyUnroll];
 #pragma unroll
       for (int u = 0; u < kKeyUnroll; ++u) {
-        const int j = base + u * kStride + warp * 4 + group;
+        const int j = base + u * stride;
         if (j < start) {
           kv[u] = __ldg(reinterpret_cast<const uint4*>(keys + static_cast<int64_t>(j) * kHead + 8 * gl));
           vv[u] = __ldg(reinterpret_cast<const uint4*>(values + static_cast<int64_t>(j) * kHead + 8 * gl));
@@ -393,7 +450,7 @@ __device__ void attention_phase(const Args& a, const LayerPointers& L, AttendScr
         dot += __shfl_xor_sync(0xffffffffu, dot, 1);
         dot += __shfl_xor_sync(0xffffffffu, dot, 2);
         dot += __shfl_xor_sync(0xffffffffu, dot, 4);
-        if (base + u * kStride + warp * 4 + group >= seen) continue;
+        if (base + u * stride >= seen) continue;
         const float m_new = fmaxf(m, dot);
         const float rescale = exp2f(m - m_new), p = exp2f(dot - m_new);
         const bf16* ve = reinterpret_cast<const bf16*>(&vv[u]);
@@ -419,28 +476,28 @@ __device__ void attention_phase(const Args& a, const LayerPointers& L, AttendScr
 #pragma unroll
       for (int i = 0; i < 8; ++i) s.acc[warp][8 * gl + i] = acc[i];
     __syncthreads();
-    if (threadIdx.x < kHead) {
+    // Item k's warps are k, k + n, ...: thread t finishes element t % 64 of item t / 64.
+    for (int t = threadIdx.x; t < n * kHead; t += kThreads) {
+      const int k = t / kHead, d = t - k * kHead, it = first + k * G, ib = it / H, ih = it - ib * H;
       float top = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) top = fmaxf(top, s.m[w]);
+      for (int w = k; w < kWarps; w += n) top = fmaxf(top, s.m[w]);
       float total = 0.f, sum = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
+      for (int w = k; w < kWarps; w += n) {
         const float f = s.m[w] == -INFINITY ? 0.f : exp2f(s.m[w] - top);
         total += s.l[w] * f;
-        sum += s.acc[w][threadIdx.x] * f;
+        sum += s.acc[w][d] * f;
       }
-      a.attn[static_cast<int64_t>(b) * C + h * kHead + threadIdx.x] = __float2bfloat16(sum / total);
+      a.attn[static_cast<int64_t>(ib) * C + ih * kHead + d] = __float2bfloat16(sum / total);
     }
     __syncthreads();
   }
 }
 
-// The L2 prefetches of one block: this CTA's columns of its four weights and the cached rows of its (row, head)s.
+// The L2 prefetches of one block at its start: this CTA's columns of the weights of its last three products (the
+// first one's are loaded straight into registers) and the cached rows of its (row, head)s.
 __device__ void prefetch_block(const Args& a, const LayerPointers& L) {
   const int C = a.C, G = gridDim.x, me = blockIdx.x;
-  const int2 qkv = share(3 * C / 8, me, G), proj = share(C / 8, me, G), fc = share(4 * C / 8, me, G);
-  prefetch_rows(L.qkv_w, C, 8 * qkv.x, 8 * qkv.y);
+  const int2 proj = share(C / 8, me, G), fc = share(4 * C / 8, me, G);
   prefetch_rows(L.proj_w, C, 8 * proj.x, 8 * proj.y);
   prefetch_rows(L.fc_w, C, 8 * fc.x, 8 * fc.y);
   prefetch_rows(L.out_w, 4 * C, 8 * proj.x, 8 * proj.y);
@@ -467,20 +524,17 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __
   for (int l = 0; l < a.layers; ++l) {
     const LayerPointers& L = a.layer[l];
     prefetch_block(a, L);
-    barrier.sync();
-    product_phase<kRows>(a, Product{L.qkv_w, L.qkv_b, C, 3 * C, Epilogue::Store, a.qkv}, rows,
-                         [&] { stage_normed<kRows>(a, L.ln1_w, L.ln1_b, rows); });
+    // Each product phase opens with the grid barrier after the phase before (its rows are then written).
+    product_phase<kRows, 1>(a, Product{L.qkv_w, L.qkv_b, C, 3 * C, Epilogue::Store, a.qkv},
+                            Staging{L.ln1_w, L.ln1_b, nullptr}, rows, barrier);
     barrier.sync();
     attention_phase(a, L, scratch);
-    barrier.sync();
-    product_phase<kRows>(a, Product{L.proj_w, L.proj_b, C, C, Epilogue::Residual, nullptr}, rows,
-                         [&] { stage_copy<kRows>(a.attn, a.B, C, rows); });
-    barrier.sync();
-    product_phase<kRows>(a, Product{L.fc_w, L.fc_b, C, 4 * C, Epilogue::Gelu, a.hidden}, rows,
-                         [&] { stage_normed<kRows>(a, L.ln2_w, L.ln2_b, rows); });
-    barrier.sync();
-    product_phase<kRows>(a, Product{L.out_w, L.out_b, 4 * C, C, Epilogue::Residual, nullptr}, rows,
-                         [&] { stage_copy<kRows>(a.hidden, a.B, 4 * C, rows); });
+    product_phase<kRows, 1>(a, Product{L.proj_w, L.proj_b, C, C, Epilogue::Residual, nullptr},
+                            Staging{nullptr, nullptr, a.attn}, rows, barrier);
+    product_phase<kRows, 1>(a, Product{L.fc_w, L.fc_b, C, 4 * C, Epilogue::Gelu, a.hidden},
+                            Staging{L.ln2_w, L.ln2_b, nullptr}, rows, barrier);
+    product_phase<kRows, 4>(a, Product{L.out_w, L.out_b, 4 * C, C, Epilogue::Residual, nullptr},
+                            Staging{nullptr, nullptr, a.hidden}, rows, barrier);
   }
   barrier.sync();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
@@ -492,7 +546,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __
 // sums beside them, or the attention's scratch.
 size_t shared_bytes(int rows, int64_t C) {
   const size_t staged = static_cast<size_t>(rows) * static_cast<size_t>(4 * C + kPad) * sizeof(bf16);
-  const size_t sums = static_cast<size_t>(kWarps) * rows * kMaxUnits * 8 * sizeof(float);
+  const size_t sums = static_cast<size_t>(kWarps) * rows * kMaxSlots * 8 * sizeof(float);
   return std::max(staged + sums, sizeof(AttendScratch));
 }
 

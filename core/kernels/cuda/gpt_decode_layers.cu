@@ -81,7 +81,8 @@ struct Args {
   bf16* attn;        // [B, C]
   bf16* hidden;      // [B, 4C]
   const int32_t* starts;
-  bool carried;  // h holds the residual of the launch before (layers past kDecodeLayersPerLaunch): x_in is not read
+  bool carried;
+  bool prefetch;  // the L2 prefetches at the start of a block (RETORT_DECODE_LAYERS_PREFETCH=0: none)  // h holds the residual of the launch before (layers past kDecodeLayersPerLaunch): x_in is not read
   unsigned* barrier;
   unsigned long long* timeline;  // null, or a time stamp per barrier (CTA 0)
   int B, C, H, cap;
@@ -91,6 +92,9 @@ struct Args {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Grid barrier and loads of values other CTAs wrote.
+
+constexpr int kMarkBase = 128;      // the timeline's marks follow its crossings
+constexpr int kEmptyCrossings = 8;  // barriers with nothing between them, timed at the end of a profiled launch
 
 struct GridBarrier {
   unsigned* counter;
@@ -116,6 +120,15 @@ struct GridBarrier {
     }
     ++crossings;
     __syncthreads();
+  }
+  // Profiling only: the last CTA's time at step k of the phase the last crossing opened (after its staging, after its
+  // work); the last CTA has a share of every product.
+  __device__ void mark(int k) const {
+    if (timeline != nullptr && blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) {
+      unsigned long long now;
+      asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
+      timeline[kMarkBase + 2 * (crossings - 1) + k] = now;
+    }
   }
 };
 
@@ -372,6 +385,7 @@ __device__ __noinline__ void product_phase(const Args& a, const Product p, const
   else
     stage_copy<kRows>(stage.src, a.B, p.K, rows);
   __syncthreads();
+  barrier.mark(0);
   float* sums = reinterpret_cast<float*>(rows + kRows * (p.K + kPad));
   for (;;) {
     multiply<kRows, kSplits>(a, p, rows, sums, u0, units, t);
@@ -380,6 +394,7 @@ __device__ __noinline__ void product_phase(const Args& a, const Product p, const
     units = min(kUnits, mine.y - u0);
     load_weights<kSplits>(p, a.C, u0, units, t);
   }
+  barrier.mark(1);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -523,12 +538,13 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __
       a.h[i] = __bfloat162float(a.x_in[i]);
   for (int l = 0; l < a.layers; ++l) {
     const LayerPointers& L = a.layer[l];
-    prefetch_block(a, L);
+    if (a.prefetch) prefetch_block(a, L);
     // Each product phase opens with the grid barrier after the phase before (its rows are then written).
     product_phase<kRows, 1>(a, Product{L.qkv_w, L.qkv_b, C, 3 * C, Epilogue::Store, a.qkv},
                             Staging{L.ln1_w, L.ln1_b, nullptr}, rows, barrier);
     barrier.sync();
     attention_phase(a, L, scratch);
+    barrier.mark(1);
     product_phase<kRows, 1>(a, Product{L.proj_w, L.proj_b, C, C, Epilogue::Residual, nullptr},
                             Staging{nullptr, nullptr, a.attn}, rows, barrier);
     product_phase<kRows, 1>(a, Product{L.fc_w, L.fc_b, C, 4 * C, Epilogue::Gelu, a.hidden},
@@ -540,6 +556,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * kThreads)
     a.x_out[i] = __float2bfloat16(__ldcg(a.h + i));
+  if (a.timeline != nullptr)
+    for (int i = 0; i < kEmptyCrossings; ++i) barrier.sync();
 }
 
 // Shared memory of a launch: the staged rows of the widest product (the MLP's projection, K = 4C) and the warps'
@@ -558,7 +576,11 @@ int padded_rows(int64_t rows) {
 // exit (a JSON line on stderr), for the benchmarks' breakdown. Graph captures are never profiled.
 struct PhaseProfile {
   std::mutex mutex;
-  std::vector<double> us;  // [init + 5 phases a layer ...] summed over steps
+  // Summed over steps, per phase (layer l's q|k|v product is phase 5 l, then its attention, projection, first MLP
+  // product and MLP projection with the next layer's prefetches): from the crossing that opens it to the next one,
+  // and to the last CTA's marks after its staging and after its work.
+  std::vector<double> us, staged_us, worked_us;
+  double empty_us = 0;
   int64_t steps = 0;
   unsigned long long* device = nullptr;
   static PhaseProfile& get() {
@@ -569,11 +591,31 @@ struct PhaseProfile {
     }();
     return *profile;
   }
+  void record(const std::vector<unsigned long long>& t, int crossings, int empty, bool new_step) {
+    const size_t phases = static_cast<size_t>(crossings - 1);
+    if (us.size() < phases) us.resize(phases, 0.0), staged_us.resize(phases, 0.0), worked_us.resize(phases, 0.0);
+    const auto since = [&](unsigned long long later, unsigned long long earlier) {
+      return later > earlier ? (later - earlier) / 1000.0 : 0.0;
+    };
+    for (size_t i = 0; i < phases; ++i) {
+      us[i] += since(t[i + 1], t[i]);
+      staged_us[i] += since(t[kMarkBase + 2 * i], t[i]);
+      worked_us[i] += since(t[kMarkBase + 2 * i + 1], t[i]);
+    }
+    empty_us += since(t[static_cast<size_t>(crossings + empty - 1)], t[static_cast<size_t>(crossings - 1)]) / empty;
+    if (new_step) ++steps;
+  }
   void print() {
     if (steps == 0) return;
-    std::string line = "{\"gpt_decode_layers_phase_us\": [";
-    for (size_t i = 0; i < us.size(); ++i) line += (i ? ", " : "") + fmt::format("{:.3f}", us[i] / steps);
-    line += fmt::format("], \"steps\": {}}}\n", steps);
+    const auto list = [&](const std::vector<double>& v) {
+      std::string out = "[";
+      for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + fmt::format("{:.3f}", v[i] / steps);
+      return out + "]";
+    };
+    const std::string line = fmt::format(
+        "{{\"gpt_decode_layers_phase_us\": {}, \"staged_us\": {}, \"worked_us\": {}, \"empty_barrier_us\": {:.3f}, "
+        "\"steps\": {}}}\n",
+        list(us), list(staged_us), list(worked_us), empty_us / steps, steps);
     std::fputs(line.c_str(), stderr);
   }
 };
@@ -634,9 +676,13 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
   a.norm_f32 = layers.front().ln1_weight.dtype() == DType::F32;
 
   PhaseProfile* profile = profiling() && !stream_capturing() ? &PhaseProfile::get() : nullptr;
-  const int max_crossings = 1 + 5 * kDecodeLayersPerLaunch + 1;
+  constexpr int kStamps = kMarkBase + 2 * kMarkBase;
   if (profile != nullptr && profile->device == nullptr)
-    RETORT_CUDA_CHECK(cudaMalloc(&profile->device, sizeof(unsigned long long) * (max_crossings + 1)));
+    RETORT_CUDA_CHECK(cudaMalloc(&profile->device, sizeof(unsigned long long) * kStamps));
+  a.prefetch = [] {
+    const char* v = std::getenv("RETORT_DECODE_LAYERS_PREFETCH");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
 
   const auto pointer = [](const Tensor& t) -> const void* { return t.defined() ? t.raw_data() : nullptr; };
   const auto weights = [](const Tensor& t) -> const bf16* { return t.defined() ? t.data<bf16>() : nullptr; };
@@ -668,17 +714,13 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
     RETORT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
     RETORT_CUDA_CHECK_LAUNCH();
     if (profile != nullptr) {
-      const int crossings = 1 + 5 * static_cast<int>(count);
-      std::vector<unsigned long long> stamps(static_cast<size_t>(crossings));
-      RETORT_CUDA_CHECK(cudaMemcpyAsync(stamps.data(), profile->device, sizeof(unsigned long long) * crossings,
+      const int crossings = 1 + 5 * static_cast<int>(count) + kEmptyCrossings;
+      std::vector<unsigned long long> stamps(kStamps);
+      RETORT_CUDA_CHECK(cudaMemcpyAsync(stamps.data(), profile->device, sizeof(unsigned long long) * kStamps,
                                         cudaMemcpyDeviceToHost, rc::current_stream()));
       RETORT_CUDA_CHECK(cudaStreamSynchronize(rc::current_stream()));
       std::lock_guard<std::mutex> lock(profile->mutex);
-      // Phase i runs from crossing i to i + 1: layer l's q|k|v product is phase 5 l, then its attention, projection,
-      // first MLP product and MLP projection (with the next layer's prefetches).
-      if (profile->us.size() < static_cast<size_t>(crossings - 1)) profile->us.resize(crossings - 1, 0.0);
-      for (int i = 0; i + 1 < crossings; ++i) profile->us[i] += (stamps[i + 1] - stamps[i]) / 1000.0;
-      if (first == 0) ++profile->steps;
+      profile->record(stamps, crossings - kEmptyCrossings, kEmptyCrossings, first == 0);
     }
   }
 }

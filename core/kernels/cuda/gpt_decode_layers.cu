@@ -146,16 +146,6 @@ __device__ __forceinline__ uint4 load_shared_rows(const bf16* p) {
   return __ldcg(reinterpret_cast<const uint4*>(p));
 }
 
-// Four consecutive elements of a norm's weight or bias (f32 or bf16), or `absent` for an undefined bias.
-__device__ __forceinline__ float4 norm_params(const void* p, int i, bool f32, float absent) {
-  if (p == nullptr) return make_float4(absent, absent, absent, absent);
-  if (f32) return __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p) + i));
-  const uint2 raw = __ldg(reinterpret_cast<const uint2*>(static_cast<const bf16*>(p) + i));
-  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
-  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
-  return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
-}
-
 // The slice [total * part / parts, total * (part + 1) / parts) of `total` items.
 __device__ __forceinline__ int2 share(int total, int part, int parts) {
   return make_int2(static_cast<int>(static_cast<int64_t>(total) * part / parts),
@@ -177,8 +167,8 @@ __device__ __forceinline__ void prefetch_rows(const bf16* w, int K, int first, i
 // `rows` rows of `chunks` 16-byte pieces from global memory (L2: other CTAs wrote them) into shared memory, every
 // copy in flight at once; rows from `live` on are zero-filled. (r, c) walks the pieces kThreads apart without a
 // division a piece.
-__device__ __forceinline__ void copy_rows(void* dst, int dst_stride, const void* src, int src_stride, int rows,
-                                          int live, int chunks) {
+__device__ __forceinline__ void issue_row_copies(void* dst, int dst_stride, const void* src, int src_stride, int rows,
+                                                 int live, int chunks) {
   int r = threadIdx.x / chunks, c = threadIdx.x - r * chunks;
   const int row_step = kThreads / chunks, chunk_step = kThreads - row_step * chunks;
   const uint32_t base = ptx::smem_addr(dst);
@@ -190,20 +180,43 @@ __device__ __forceinline__ void copy_rows(void* dst, int dst_stride, const void*
     c += chunk_step;
     if (c >= chunks) c -= chunks, ++r;
   }
+}
+
+__device__ __forceinline__ void copy_rows(void* dst, int dst_stride, const void* src, int src_stride, int rows,
+                                          int live, int chunks) {
+  issue_row_copies(dst, dst_stride, src, src_stride, rows, live, chunks);
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
 }
 
-// LayerNorm of the residual rows: the float32 rows copied into shared memory past the staged rows (all in flight
-// at once), then each warp norms rows warp, warp + kWarps, ... from there (the norm's weight and bias from L1) and
-// stores them as bf16.
+// LayerNorm of the residual rows: the float32 rows and the norm's weight and bias copied into shared memory past the
+// staged rows, every copy in flight at once (loading the weight and bias into registers made a chain of dependent
+// loads, one round trip each), then each warp norms rows warp, warp + kWarps, ... from there and stores them as bf16.
 template <int kRows>
 __device__ void stage_normed(const Args& a, const void* w, const void* b, bf16* rows) {
   constexpr int kVecs = kMaxRowFloat4<kRows>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, C = a.C, lda = C + kPad, vecs = C / 128;
   float* raw = reinterpret_cast<float*>(rows + kRows * lda);
-  copy_rows(raw, C * 4, a.h, C * 4, a.B, a.B, C / 4);
+  unsigned char* params = reinterpret_cast<unsigned char*>(raw + a.B * C);  // weight, then bias: C values each
+  const int param_bytes = C * (a.norm_f32 ? 4 : 2);
+  issue_row_copies(raw, C * 4, a.h, C * 4, a.B, a.B, C / 4);
+  for (int i = threadIdx.x; i < 2 * param_bytes / 16; i += kThreads) {
+    const bool bias = i >= param_bytes / 16;
+    const void* from = bias ? b : w;
+    const int offset = 16 * (bias ? i - param_bytes / 16 : i);
+    ptx::cp_async16(ptx::smem_addr(params + 16 * i), static_cast<const char*>(from == nullptr ? w : from) + offset,
+                    from != nullptr);
+  }
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
   __syncthreads();
+  const auto param4 = [&](int which, int c) {  // elements c..c+3 of the weight (0) or the bias (1)
+    if (a.norm_f32) return *reinterpret_cast<const float4*>(params + which * param_bytes + 4 * c);
+    const uint2 raw2 = *reinterpret_cast<const uint2*>(params + which * param_bytes + 2 * c);
+    const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw2.x);
+    const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw2.y);
+    return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
+  };
 #pragma unroll 1
   for (int r = warp; r < kRows; r += kWarps) {
     bf16* dst = rows + r * lda;
@@ -230,9 +243,9 @@ __device__ void stage_normed(const Args& a, const void* w, const void* b, bf16* 
 #pragma unroll
     for (int i = 0; i < kVecs; ++i)
       if (i < vecs) {
-        const float4 x = v[i], g = norm_params(w, 4 * lane + 128 * i, a.norm_f32, 1.f),
-                     be = norm_params(b, 4 * lane + 128 * i, a.norm_f32, 0.f);
-        *reinterpret_cast<uint2*>(dst + 4 * lane + 128 * i) =
+        const int c = 4 * lane + 128 * i;
+        const float4 x = v[i], g = param4(0, c), be = param4(1, c);
+        *reinterpret_cast<uint2*>(dst + c) =
             make_uint2(ptx::pack_bf16((x.x - mean) * rstd * g.x + be.x, (x.y - mean) * rstd * g.y + be.y),
                        ptx::pack_bf16((x.z - mean) * rstd * g.z + be.z, (x.w - mean) * rstd * g.w + be.w));
       }

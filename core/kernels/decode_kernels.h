@@ -83,9 +83,9 @@ bool gpt_decode_layers_fits(int64_t rows, int64_t width, int64_t n_head, DType d
 // x [B, C], one new position a row at position starts[b] (i32 [B]) of its cache. For each layer in order:
 //   h += proj(attention(qkv(LN1(h))))   (the new key and value appended at starts[b]; dropped at or past cap)
 //   h += out(gelu(fc(LN2(h))))          (GELU's tanh approximation)
-// out [B, C] = the last h, rounded once to x's dtype. The normed rows, q|k|v, the attention output and the MLP's
-// hidden rows are rounded to x's dtype as separate kernels would store them; h stays float32 (float64 for f64) from
-// layer to layer; sums in float32 (float64 for f64). LayerNorm's eps is `eps`.
+// out [B, C] = the last h, rounded once to x's dtype. The norms' input (h), the normed rows, q|k|v, the attention
+// output and the MLP's hidden rows are rounded to x's dtype as separate kernels would store them; h itself stays
+// float32 (float64 for f64) from layer to layer; sums in float32 (float64 for f64). LayerNorm's eps is `eps`.
 void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layers, const Tensor& starts, int n_head,
                        float eps, Tensor& out);
 

@@ -1,7 +1,7 @@
 // GPT's decode step through all its blocks on the CPU, the reference of core/kernels/cuda/gpt_decode_layers.cu:
-// plain loops in the kernel's order, rounding to the storage dtype where the GPU stores a value (the normed rows,
-// q|k|v, the attention output, the MLP's hidden rows, the result) and keeping the residual in the accumulator type
-// (float32 for f32 and bf16 storage, float64 for f64) from layer to layer.
+// plain loops in the kernel's order, rounding to the storage dtype where the GPU stores a value (the residual as the
+// norms read it, the normed rows, q|k|v, the attention output, the MLP's hidden rows, the result) and keeping the
+// residual itself in the accumulator type (float32 for f32 and bf16 storage, float64 for f64) from layer to layer.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -41,15 +41,18 @@ class DecodeLayers {
   std::vector<A> normed(const Tensor& w, const Tensor& b) const {
     std::vector<A> out(static_cast<size_t>(B_ * C_));
     for (int64_t r = 0; r < B_; ++r) {
-      const A* row = h_.data() + r * C_;
+      // The norm reads the residual rounded to the storage dtype, as a separate norm kernel would find it stored.
+      std::vector<A> row(static_cast<size_t>(C_));
+      for (int64_t c = 0; c < C_; ++c) row[static_cast<size_t>(c)] = stored<S>(h_[static_cast<size_t>(r * C_ + c)]);
       A mean = 0, var = 0;
-      for (int64_t c = 0; c < C_; ++c) mean += row[c];
+      for (const A v : row) mean += v;
       mean /= static_cast<A>(C_);
-      for (int64_t c = 0; c < C_; ++c) var += (row[c] - mean) * (row[c] - mean);
+      for (const A v : row) var += (v - mean) * (v - mean);
       const A rstd = static_cast<A>(1) / std::sqrt(var / static_cast<A>(C_) + static_cast<A>(eps_));
       for (int64_t c = 0; c < C_; ++c) {
         const A beta = b.defined() ? static_cast<A>(element(b, c)) : A(0);
-        out[static_cast<size_t>(r * C_ + c)] = stored<S>((row[c] - mean) * rstd * static_cast<A>(element(w, c)) + beta);
+        out[static_cast<size_t>(r * C_ + c)] =
+            stored<S>((row[static_cast<size_t>(c)] - mean) * rstd * static_cast<A>(element(w, c)) + beta);
       }
     }
     return out;

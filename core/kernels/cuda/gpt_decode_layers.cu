@@ -16,7 +16,8 @@
 //   5. hidden times the MLP's projection (+ bias), added to the residual
 //
 // The residual stream stays in float32 in global memory for the whole step (the per-op path rounds it to bf16 after
-// every addition; this one rounds once, at the end). The weights do not depend on the step's values, so at the start
+// every addition; this one rounds once, at the end), beside a bf16 copy that the norms read (half the bytes to stage,
+// and the values the per-op path's norms see). The weights do not depend on the step's values, so at the start
 // of a block every CTA asks L2 for the slices of that block's weights it will multiply and for the cached keys and
 // values of the heads it will attend: by the time a phase's barrier opens, its weights are on chip.
 //
@@ -48,7 +49,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPad = 32;            // bf16 after each staged row: rows 64 bytes apart mod 128, conflict-free reads
 constexpr int kHead = static_cast<int>(kDecodeLayersHead);
-constexpr int kKeyUnroll = 4;       // keys each lane group has in flight
+constexpr int kKeyUnroll = 8;       // keys each lane group has in flight
 // float4 a lane holds of one residual row: width <= 1024 at 16 rows; at 32 rows the staged MLP rows (32 x 4C) fit
 // shared memory only up to width 768.
 template <int kRows>
@@ -77,6 +78,7 @@ struct Args {
   const bf16* x_in;  // [B, C]
   bf16* x_out;       // [B, C]
   float* h;          // [B, C] the residual stream
+  bf16* h16;         // [B, C] the same rounded to bf16: what the norms read (as the per-op path stores it)
   bf16* qkv;         // [B, 3C]
   bf16* attn;        // [B, C]
   bf16* hidden;      // [B, 4C]
@@ -152,13 +154,21 @@ __device__ __forceinline__ int2 share(int total, int part, int parts) {
                    static_cast<int>(static_cast<int64_t>(total) * (part + 1) / parts));
 }
 
-// Rows [first, last) of a [rows, K] bf16 weight towards L2, split among the CTA's threads in 16 KiB pieces.
-__device__ __forceinline__ void prefetch_rows(const bf16* w, int K, int first, int last) {
+// L2 prefetches are issued by warps 1 to 7 only: thread 0 arrives at the grid barrier with a release, which waits
+// for its own outstanding memory operations, and must not wait for megabytes of prefetches.
+constexpr int kPrefetchThreads = kThreads - 32;
+
+// `bytes` (a multiple of 16) from `base` towards L2 in 16 KiB pieces, one a prefetching thread.
+__device__ __forceinline__ void prefetch_bytes(const void* base, int64_t bytes) {
   constexpr int64_t kPiece = 16 * 1024;
-  const char* base = reinterpret_cast<const char*>(w + static_cast<int64_t>(first) * K);
-  const int64_t bytes = static_cast<int64_t>(last - first) * K * 2;
-  for (int64_t at = threadIdx.x * kPiece; at < bytes; at += kThreads * kPiece)
-    prefetch_l2(base + at, static_cast<uint32_t>(bytes - at < kPiece ? bytes - at : kPiece));
+  if (threadIdx.x < 32) return;
+  for (int64_t at = (threadIdx.x - 32) * kPiece; at < bytes; at += kPrefetchThreads * kPiece)
+    prefetch_l2(static_cast<const char*>(base) + at, static_cast<uint32_t>(bytes - at < kPiece ? bytes - at : kPiece));
+}
+
+// Rows [first, last) of a [rows, K] bf16 weight towards L2.
+__device__ __forceinline__ void prefetch_rows(const bf16* w, int K, int first, int last) {
+  prefetch_bytes(w + static_cast<int64_t>(first) * K, static_cast<int64_t>(last - first) * K * 2);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -189,17 +199,25 @@ __device__ __forceinline__ void copy_rows(void* dst, int dst_stride, const void*
   ptx::cp_async_wait<0>();
 }
 
-// LayerNorm of the residual rows: the float32 rows and the norm's weight and bias copied into shared memory past the
+// Four bf16 in shared memory (8-byte aligned) as floats.
+__device__ __forceinline__ float4 bf16x4(const bf16* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+  return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
+}
+
+// LayerNorm of the residual rows: the bf16 rows and the norm's weight and bias copied into shared memory past the
 // staged rows, every copy in flight at once (loading the weight and bias into registers made a chain of dependent
 // loads, one round trip each), then each warp norms rows warp, warp + kWarps, ... from there and stores them as bf16.
 template <int kRows>
 __device__ void stage_normed(const Args& a, const void* w, const void* b, bf16* rows) {
   constexpr int kVecs = kMaxRowFloat4<kRows>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, C = a.C, lda = C + kPad, vecs = C / 128;
-  float* raw = reinterpret_cast<float*>(rows + kRows * lda);
+  bf16* raw = rows + kRows * lda;
   unsigned char* params = reinterpret_cast<unsigned char*>(raw + a.B * C);  // weight, then bias: C values each
   const int param_bytes = C * (a.norm_f32 ? 4 : 2);
-  issue_row_copies(raw, C * 4, a.h, C * 4, a.B, a.B, C / 4);
+  issue_row_copies(raw, C * 2, a.h16, C * 2, a.B, a.B, C / 8);
   for (int i = threadIdx.x; i < 2 * param_bytes / 16; i += kThreads) {
     const bool bias = i >= param_bytes / 16;
     const void* from = bias ? b : w;
@@ -212,10 +230,7 @@ __device__ void stage_normed(const Args& a, const void* w, const void* b, bf16* 
   __syncthreads();
   const auto param4 = [&](int which, int c) {  // elements c..c+3 of the weight (0) or the bias (1)
     if (a.norm_f32) return *reinterpret_cast<const float4*>(params + which * param_bytes + 4 * c);
-    const uint2 raw2 = *reinterpret_cast<const uint2*>(params + which * param_bytes + 2 * c);
-    const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw2.x);
-    const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw2.y);
-    return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
+    return bf16x4(reinterpret_cast<const bf16*>(params + which * param_bytes) + c);
   };
 #pragma unroll 1
   for (int r = warp; r < kRows; r += kWarps) {
@@ -228,7 +243,7 @@ __device__ void stage_normed(const Args& a, const void* w, const void* b, bf16* 
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
-      v[i] = i < vecs ? *reinterpret_cast<const float4*>(raw + r * C + 4 * lane + 128 * i) : make_float4(0, 0, 0, 0);
+      v[i] = i < vecs ? bf16x4(raw + r * C + 4 * lane + 128 * i) : make_float4(0, 0, 0, 0);
       sum += (v[i].x + v[i].y) + (v[i].z + v[i].w);
     }
     const float mean = warp_sum(sum) / static_cast<float>(C);
@@ -366,7 +381,9 @@ __device__ void multiply(const Args& a, const Product& p, const bf16* rows, floa
         p.out[at] = __float2bfloat16(gelu_tanh(v));
         break;
       case Epilogue::Residual:
-        __stcg(a.h + at, residual[k] + v);  // this CTA alone owns column n in this phase
+        // This CTA alone owns column n in this phase.
+        __stcg(a.h + at, residual[k] + v);
+        a.h16[at] = __float2bfloat16(residual[k] + v);
         break;
     }
   }
@@ -390,9 +407,12 @@ __device__ __noinline__ void product_phase(const Args& a, const Product p, const
   const int2 mine = share(p.N / 8, blockIdx.x, gridDim.x);
   int u0 = mine.x, units = min(kUnits, mine.y - u0);
   WeightTile t;
-  if (units > 0) load_weights<kSplits>(p, a.C, u0, units, t);
+  // Warp 0 loads its weights after the barrier: its thread 0 arrives with a release, which would wait for them.
+  const bool first_warp = threadIdx.x < 32;
+  if (units > 0 && !first_warp) load_weights<kSplits>(p, a.C, u0, units, t);
   barrier.sync();
   if (units <= 0) return;
+  if (first_warp) load_weights<kSplits>(p, a.C, u0, units, t);
   if (stage.src == nullptr)
     stage_normed<kRows>(a, stage.norm_w, stage.norm_b, rows);
   else
@@ -533,7 +553,8 @@ __device__ void prefetch_block(const Args& a, const LayerPointers& L) {
     const int b = item / a.H, h = item - b * a.H;
     const int cached = min(max(a.starts[b], 0), a.cap);
     const int64_t head = (static_cast<int64_t>(b) * a.H + h) * a.cap * kHead;
-    prefetch_pair_l2(L.k_cache + head, L.v_cache + head, static_cast<int64_t>(cached) * kHead * 2);
+    prefetch_bytes(L.k_cache + head, static_cast<int64_t>(cached) * kHead * 2);
+    prefetch_bytes(L.v_cache + head, static_cast<int64_t>(cached) * kHead * 2);
   }
 }
 
@@ -548,7 +569,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __
   if (!a.carried)
     for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * kThreads)
-      a.h[i] = __bfloat162float(a.x_in[i]);
+      a.h[i] = __bfloat162float(a.x_in[i]), a.h16[i] = a.x_in[i];
   for (int l = 0; l < a.layers; ++l) {
     const LayerPointers& L = a.layer[l];
     if (a.prefetch) prefetch_block(a, L);
@@ -668,16 +689,17 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
         shared);
   const int grid = sm_count();
 
-  // The workspace: the residual rows (f32), q|k|v, the attention output and the MLP's hidden rows (bf16), and the
-  // barrier's counter.
-  Tensor workspace = Tensor::empty({B * C + B * 8 * C / 2 + 4}, DType::F32, x.device());  // in 4-byte words
+  // The workspace: the residual rows (f32), q|k|v, the attention output, the MLP's hidden rows and the residual rows
+  // rounded (bf16), and the barrier's counter.
+  Tensor workspace = Tensor::empty({B * C + B * 9 * C / 2 + 4}, DType::F32, x.device());  // in 4-byte words
   char* base = static_cast<char*>(workspace.raw_data());
   Args a{};
   a.h = reinterpret_cast<float*>(base);
   a.qkv = reinterpret_cast<bf16*>(base + B * C * 4);
   a.attn = a.qkv + B * 3 * C;
   a.hidden = a.attn + B * C;
-  a.barrier = reinterpret_cast<unsigned*>(a.hidden + B * 4 * C);
+  a.h16 = a.hidden + B * 4 * C;
+  a.barrier = reinterpret_cast<unsigned*>(a.h16 + B * C);
   a.x_in = x.data<bf16>();
   a.x_out = out.data<bf16>();
   a.starts = starts.data<int32_t>();

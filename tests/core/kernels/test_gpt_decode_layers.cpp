@@ -1,6 +1,7 @@
 // gpt_decode_layers (core/kernels/decode_kernels.h): GPT's blocks for one new position a row, against their math
-// written here in float64. The reference rounds where the kernel is specified to round (the normed rows, q|k|v, the
-// attention output, the MLP's hidden rows, the result) and keeps the residual unrounded, so the comparison measures
+// written here in float64. The reference rounds where the kernel is specified to round (the residual as the norms read
+// it, the normed rows, q|k|v, the attention output, the MLP's hidden rows, the result) and keeps the residual itself
+// unrounded, so the comparison measures
 // the order of the float32 sums alone. Rows start at different positions of their cache (0, the middle, the last
 // position, and past the end: that row attends over the full cache and appends nothing); the appended keys and values
 // are checked, and every other cache position is checked untouched.
@@ -110,17 +111,19 @@ std::vector<double> reference(const Shape4& s, DType dtype, Problem& p) {
   const int64_t B = s.B, C = s.C, H = s.H, D = C / H, cap = s.cap;
   const auto r = [&](double v) { return round_to(dtype, v); };
   std::vector<double> h = p.x;
+  // LayerNorm of the residual as stored (rounded), rounded.
   const auto normed = [&](const std::vector<double>& w, const std::vector<double>& b) {
     std::vector<double> out(static_cast<size_t>(B * C));
+    const std::vector<double> h_stored = rounded(dtype, h);
     for (int64_t i = 0; i < B; ++i) {
       double mean = 0, var = 0;
-      for (int64_t c = 0; c < C; ++c) mean += h[static_cast<size_t>(i * C + c)];
+      for (int64_t c = 0; c < C; ++c) mean += h_stored[static_cast<size_t>(i * C + c)];
       mean /= static_cast<double>(C);
-      for (int64_t c = 0; c < C; ++c) var += std::pow(h[static_cast<size_t>(i * C + c)] - mean, 2);
+      for (int64_t c = 0; c < C; ++c) var += std::pow(h_stored[static_cast<size_t>(i * C + c)] - mean, 2);
       const double rstd = 1.0 / std::sqrt(var / static_cast<double>(C) + 1e-5);
       for (int64_t c = 0; c < C; ++c)
         out[static_cast<size_t>(i * C + c)] =
-            r((h[static_cast<size_t>(i * C + c)] - mean) * rstd * w[static_cast<size_t>(c)] + b[static_cast<size_t>(c)]);
+            r((h_stored[static_cast<size_t>(i * C + c)] - mean) * rstd * w[static_cast<size_t>(c)] + b[static_cast<size_t>(c)]);
     }
     return out;
   };

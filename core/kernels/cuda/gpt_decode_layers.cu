@@ -72,24 +72,30 @@ struct LayerPointers {
   bf16* v_cache;
 };
 
-struct Args {
-  LayerPointers layer[kDecodeLayersPerLaunch];
-  int layers;
-  const bf16* x_in;  // [B, C]
-  bf16* x_out;       // [B, C]
-  float* h;          // [B, C] the residual stream
-  bf16* h16;         // [B, C] the same rounded to bf16: what the norms read (as the per-op path stores it)
-  bf16* qkv;         // [B, 3C]
-  bf16* attn;        // [B, C]
-  bf16* hidden;      // [B, 4C]
+// What every phase reads besides its layer's tensors, passed to the phases by value: read through a reference to the
+// kernel's parameters, each field was a generic load, reloaded inside loops (it may alias the stores there).
+struct Step {
+  float* h;    // [B, C] the residual stream
+  bf16* h16;   // [B, C] the same rounded to bf16: what the norms read (as the per-op path stores it)
+  bf16* qkv;   // [B, 3C]
+  bf16* attn;  // [B, C]
+  bf16* hidden;  // [B, 4C]
   const int32_t* starts;
-  bool carried;
-  bool prefetch;  // the L2 prefetches at the start of a block (RETORT_DECODE_LAYERS_PREFETCH=0: none)  // h holds the residual of the launch before (layers past kDecodeLayersPerLaunch): x_in is not read
-  unsigned* barrier;
-  unsigned long long* timeline;  // null, or a time stamp per barrier (CTA 0)
   int B, C, H, cap;
   float eps;
   bool norm_f32;
+};
+
+struct Args {
+  LayerPointers layer[kDecodeLayersPerLaunch];
+  int layers;
+  Step step;
+  const bf16* x_in;  // [B, C]
+  bf16* x_out;       // [B, C]
+  bool carried;   // h holds the residual of the launch before (layers past kDecodeLayersPerLaunch): x_in is not read
+  bool prefetch;  // the L2 prefetches at the start of a block (RETORT_DECODE_LAYERS_PREFETCH=0: none)
+  unsigned* barrier;
+  unsigned long long* timeline;  // null, or a time stamp per barrier (CTA 0)
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -211,7 +217,7 @@ __device__ __forceinline__ float4 bf16x4(const bf16* p) {
 // staged rows, every copy in flight at once (loading the weight and bias into registers made a chain of dependent
 // loads, one round trip each), then each warp norms rows warp, warp + kWarps, ... from there and stores them as bf16.
 template <int kRows>
-__device__ void stage_normed(const Args& a, const void* w, const void* b, bf16* rows) {
+__device__ void stage_normed(const Step& a, const void* w, const void* b, bf16* rows) {
   constexpr int kVecs = kMaxRowFloat4<kRows>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, C = a.C, lda = C + kPad, vecs = C / 128;
   bf16* raw = rows + kRows * lda;
@@ -313,7 +319,7 @@ __device__ void load_weights(const Product& p, int C, int u0, int units, WeightT
 }
 
 template <int kRows, int kSplits>
-__device__ void multiply(const Args& a, const Product& p, const bf16* rows, float* sums, int u0, int units,
+__device__ void multiply(const Step& a, const Product& p, const bf16* rows, float* sums, int u0, int units,
                          const WeightTile& t) {
   constexpr int kMT = kRows / 16, kUnits = kMaxSlots / kSplits;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t4 = lane % 4, C = a.C;
@@ -401,7 +407,7 @@ struct Staging {
 // the rows staged, then the passes. Not inlined, as the attention phase: each phase gets the registers on its own
 // instead of the whole layer's code competing for them in one allocation.
 template <int kRows, int kSplits>
-__device__ __noinline__ void product_phase(const Args& a, const Product p, const Staging stage, bf16* rows,
+__device__ __noinline__ void product_phase(const Step a, const Product p, const Staging stage, bf16* rows,
                                            GridBarrier& barrier) {
   constexpr int kUnits = kMaxSlots / kSplits;
   const int2 mine = share(p.N / 8, blockIdx.x, gridDim.x);
@@ -441,7 +447,7 @@ struct AttendScratch {
   float acc[kWarps][kHead];
 };
 
-__device__ __noinline__ void attention_phase(const Args& a, const LayerPointers& L, AttendScratch& s) {
+__device__ __noinline__ void attention_phase(const Step a, const LayerPointers L, AttendScratch& s) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = lane / 8, gl = lane % 8;
   const int C = a.C, H = a.H, items = a.B * H, G = gridDim.x;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -543,7 +549,7 @@ __device__ __noinline__ void attention_phase(const Args& a, const LayerPointers&
 
 // The L2 prefetches of one block at its start: this CTA's columns of the weights of its last three products (the
 // first one's are loaded straight into registers) and the cached rows of its (row, head)s.
-__device__ void prefetch_block(const Args& a, const LayerPointers& L) {
+__device__ void prefetch_block(const Step& a, const LayerPointers& L) {
   const int C = a.C, G = gridDim.x, me = blockIdx.x;
   const int2 proj = share(C / 8, me, G), fc = share(4 * C / 8, me, G);
   prefetch_rows(L.proj_w, C, 8 * proj.x, 8 * proj.y);
@@ -564,32 +570,33 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __
   bf16* rows = reinterpret_cast<bf16*>(smem);
   AttendScratch& scratch = *reinterpret_cast<AttendScratch*>(smem);
   GridBarrier barrier{a.barrier, a.timeline};
-  const int C = a.C;
-  const int64_t n = static_cast<int64_t>(a.B) * C;
+  const Step st = a.step;
+  const int C = st.C;
+  const int64_t n = static_cast<int64_t>(st.B) * C;
   if (!a.carried)
     for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * kThreads)
-      a.h[i] = __bfloat162float(a.x_in[i]), a.h16[i] = a.x_in[i];
+      st.h[i] = __bfloat162float(a.x_in[i]), st.h16[i] = a.x_in[i];
   for (int l = 0; l < a.layers; ++l) {
     const LayerPointers& L = a.layer[l];
-    if (a.prefetch) prefetch_block(a, L);
+    if (a.prefetch) prefetch_block(st, L);
     // Each product phase opens with the grid barrier after the phase before (its rows are then written).
-    product_phase<kRows, 1>(a, Product{L.qkv_w, L.qkv_b, C, 3 * C, Epilogue::Store, a.qkv},
+    product_phase<kRows, 1>(st, Product{L.qkv_w, L.qkv_b, C, 3 * C, Epilogue::Store, st.qkv},
                             Staging{L.ln1_w, L.ln1_b, nullptr}, rows, barrier);
     barrier.sync();
-    attention_phase(a, L, scratch);
+    attention_phase(st, L, scratch);
     barrier.mark(1);
-    product_phase<kRows, 1>(a, Product{L.proj_w, L.proj_b, C, C, Epilogue::Residual, nullptr},
-                            Staging{nullptr, nullptr, a.attn}, rows, barrier);
-    product_phase<kRows, 1>(a, Product{L.fc_w, L.fc_b, C, 4 * C, Epilogue::Gelu, a.hidden},
+    product_phase<kRows, 1>(st, Product{L.proj_w, L.proj_b, C, C, Epilogue::Residual, nullptr},
+                            Staging{nullptr, nullptr, st.attn}, rows, barrier);
+    product_phase<kRows, 1>(st, Product{L.fc_w, L.fc_b, C, 4 * C, Epilogue::Gelu, st.hidden},
                             Staging{L.ln2_w, L.ln2_b, nullptr}, rows, barrier);
-    product_phase<kRows, 4>(a, Product{L.out_w, L.out_b, 4 * C, C, Epilogue::Residual, nullptr},
-                            Staging{nullptr, nullptr, a.hidden}, rows, barrier);
+    product_phase<kRows, 4>(st, Product{L.out_w, L.out_b, 4 * C, C, Epilogue::Residual, nullptr},
+                            Staging{nullptr, nullptr, st.hidden}, rows, barrier);
   }
   barrier.sync();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * kThreads)
-    a.x_out[i] = __float2bfloat16(__ldcg(a.h + i));
+    a.x_out[i] = __float2bfloat16(__ldcg(st.h + i));
   if (a.timeline != nullptr)
     for (int i = 0; i < kEmptyCrossings; ++i) barrier.sync();
 }
@@ -694,21 +701,21 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
   Tensor workspace = Tensor::empty({B * C + B * 9 * C / 2 + 4}, DType::F32, x.device());  // in 4-byte words
   char* base = static_cast<char*>(workspace.raw_data());
   Args a{};
-  a.h = reinterpret_cast<float*>(base);
-  a.qkv = reinterpret_cast<bf16*>(base + B * C * 4);
-  a.attn = a.qkv + B * 3 * C;
-  a.hidden = a.attn + B * C;
-  a.h16 = a.hidden + B * 4 * C;
-  a.barrier = reinterpret_cast<unsigned*>(a.h16 + B * C);
+  a.step.h = reinterpret_cast<float*>(base);
+  a.step.qkv = reinterpret_cast<bf16*>(base + B * C * 4);
+  a.step.attn = a.step.qkv + B * 3 * C;
+  a.step.hidden = a.step.attn + B * C;
+  a.step.h16 = a.step.hidden + B * 4 * C;
+  a.barrier = reinterpret_cast<unsigned*>(a.step.h16 + B * C);
   a.x_in = x.data<bf16>();
   a.x_out = out.data<bf16>();
-  a.starts = starts.data<int32_t>();
-  a.B = static_cast<int>(B);
-  a.C = static_cast<int>(C);
-  a.H = n_head;
-  a.cap = static_cast<int>(layers.front().k_cache.size(2));
-  a.eps = eps;
-  a.norm_f32 = layers.front().ln1_weight.dtype() == DType::F32;
+  a.step.starts = starts.data<int32_t>();
+  a.step.B = static_cast<int>(B);
+  a.step.C = static_cast<int>(C);
+  a.step.H = n_head;
+  a.step.cap = static_cast<int>(layers.front().k_cache.size(2));
+  a.step.eps = eps;
+  a.step.norm_f32 = layers.front().ln1_weight.dtype() == DType::F32;
 
   PhaseProfile* profile = profiling() && !stream_capturing() ? &PhaseProfile::get() : nullptr;
   constexpr int kStamps = kMarkBase + 2 * kMarkBase;

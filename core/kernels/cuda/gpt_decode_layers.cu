@@ -238,38 +238,58 @@ __device__ void stage_normed(const Step& a, const void* w, const void* b, bf16* 
     if (a.norm_f32) return *reinterpret_cast<const float4*>(params + which * param_bytes + 4 * c);
     return bf16x4(reinterpret_cast<const bf16*>(params + which * param_bytes) + c);
   };
-#pragma unroll 1
-  for (int r = warp; r < kRows; r += kWarps) {
-    bf16* dst = rows + r * lda;
-    if (r >= a.B) {  // the same for the whole warp
-      for (int c = lane * 8; c < C; c += 256) *reinterpret_cast<uint4*>(dst + c) = make_uint4(0, 0, 0, 0);
-      continue;
-    }
-    float4 v[kVecs];
+  // A warp's rows together (warp, warp + kWarps, ...), so that their reductions' shuffle chains overlap.
+  constexpr int kPerWarp = kRows / kWarps;
+  float4 v[kPerWarp][kVecs];
+  float mean[kPerWarp], rstd[kPerWarp];
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+    const int r = warp + j * kWarps;
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
-      v[i] = i < vecs ? bf16x4(raw + r * C + 4 * lane + 128 * i) : make_float4(0, 0, 0, 0);
-      sum += (v[i].x + v[i].y) + (v[i].z + v[i].w);
+      v[j][i] = i < vecs && r < a.B ? bf16x4(raw + r * C + 4 * lane + 128 * i) : make_float4(0, 0, 0, 0);
+      sum += (v[j][i].x + v[j][i].y) + (v[j][i].z + v[j][i].w);
     }
-    const float mean = warp_sum(sum) / static_cast<float>(C);
+    mean[j] = sum;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int j = 0; j < kPerWarp; ++j) mean[j] += __shfl_xor_sync(0xffffffffu, mean[j], o);
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+    mean[j] /= static_cast<float>(C);
     float sq = 0.f;
 #pragma unroll
     for (int i = 0; i < kVecs; ++i)
       if (i < vecs) {
-        const float dx = v[i].x - mean, dy = v[i].y - mean, dz = v[i].z - mean, dw = v[i].w - mean;
+        const float dx = v[j][i].x - mean[j], dy = v[j][i].y - mean[j], dz = v[j][i].z - mean[j],
+                    dw = v[j][i].w - mean[j];
         sq += (dx * dx + dy * dy) + (dz * dz + dw * dw);
       }
-    const float rstd = rsqrtf(warp_sum(sq) / static_cast<float>(C) + a.eps);
+    rstd[j] = sq;
+  }
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i)
-      if (i < vecs) {
-        const int c = 4 * lane + 128 * i;
-        const float4 x = v[i], g = param4(0, c), be = param4(1, c);
-        *reinterpret_cast<uint2*>(dst + c) =
-            make_uint2(ptx::pack_bf16((x.x - mean) * rstd * g.x + be.x, (x.y - mean) * rstd * g.y + be.y),
-                       ptx::pack_bf16((x.z - mean) * rstd * g.z + be.z, (x.w - mean) * rstd * g.w + be.w));
-      }
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int j = 0; j < kPerWarp; ++j) rstd[j] += __shfl_xor_sync(0xffffffffu, rstd[j], o);
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    if (i >= vecs) break;
+    const int c = 4 * lane + 128 * i;
+    const float4 g = param4(0, c), be = param4(1, c);
+#pragma unroll
+    for (int j = 0; j < kPerWarp; ++j) {
+      const int r = warp + j * kWarps;
+      const float rs = rsqrtf(rstd[j] / static_cast<float>(C) + a.eps);
+      const float4 x = v[j][i];
+      // Rows past B are zero (their mean is 0 and their values are 0), as the products expect.
+      *reinterpret_cast<uint2*>(rows + r * lda + c) =
+          r < a.B ? make_uint2(ptx::pack_bf16((x.x - mean[j]) * rs * g.x + be.x, (x.y - mean[j]) * rs * g.y + be.y),
+                               ptx::pack_bf16((x.z - mean[j]) * rs * g.z + be.z, (x.w - mean[j]) * rs * g.w + be.w))
+                  : make_uint2(0, 0);
+    }
   }
 }
 
@@ -555,12 +575,23 @@ __device__ void prefetch_block(const Step& a, const LayerPointers& L) {
   prefetch_rows(L.proj_w, C, 8 * proj.x, 8 * proj.y);
   prefetch_rows(L.fc_w, C, 8 * fc.x, 8 * fc.y);
   prefetch_rows(L.out_w, 4 * C, 8 * proj.x, 8 * proj.y);
-  for (int item = me; item < a.B * a.H; item += G) {
-    const int b = item / a.H, h = item - b * a.H;
-    const int cached = min(max(a.starts[b], 0), a.cap);
-    const int64_t head = (static_cast<int64_t>(b) * a.H + h) * a.cap * kHead;
-    prefetch_bytes(L.k_cache + head, static_cast<int64_t>(cached) * kHead * 2);
-    prefetch_bytes(L.v_cache + head, static_cast<int64_t>(cached) * kHead * 2);
+  // Every item's row length read before the first prefetch (a prefetch between them would order the loads).
+  constexpr int kItems = 4;
+  for (int first = me; first < a.B * a.H; first += kItems * G) {
+    int cached[kItems];
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int item = first + k * G;
+      cached[k] = item < a.B * a.H ? min(max(a.starts[item / a.H], 0), a.cap) : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int item = first + k * G;
+      if (item >= a.B * a.H) break;
+      const int64_t head = static_cast<int64_t>(item) * a.cap * kHead;  // item = b H + h
+      prefetch_bytes(L.k_cache + head, static_cast<int64_t>(cached[k]) * kHead * 2);
+      prefetch_bytes(L.v_cache + head, static_cast<int64_t>(cached[k]) * kHead * 2);
+    }
   }
 }
 

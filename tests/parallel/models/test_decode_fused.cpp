@@ -12,9 +12,9 @@
 // On the CPU (DecodeFusion::Everywhere: the CPU kernels are the reference) and on the GPU in bf16, the mode a GPU
 // decode takes by default (skipped without a GPU), where graph decoding must also give the tokens of eager
 // decoding, with programmatic dependent launch on and off.
-// GPT blocks the one-launch kernel takes (heads of 64, width 256: ops::gpt_decode_layers_applies) decode a step as
-// one gpt_decode_layers dispatch for every block, through the same checks: on the GPU by default, on the CPU (its
-// reference kernel) with RETORT_DECODE_LAYERS=1; RETORT_DECODE_LAYERS=0 turns it off.
+// With RETORT_DECODE_LAYERS=1, GPT blocks the one-launch kernel takes (heads of 64, width 256:
+// ops::gpt_decode_layers_applies) decode a step as one gpt_decode_layers dispatch for every block, through the same
+// checks, on the CPU (its reference kernel) and on the GPU; without the setting the per-op fused step runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -374,9 +374,10 @@ TEST(DecodeFused, OneLaunchForEveryBlockOnCpu) {
     const DecodeLayersSetting off("0");
     EXPECT_EQ(count(step_dispatches(model, DType::F32), "gpt_decode_layers"), 0);
   }
-  // Without the setting the CPU keeps the per-op fused path.
+  // Without the setting the per-op fused path runs.
   unsetenv("RETORT_DECODE_LAYERS");
   EXPECT_EQ(count(step_dispatches(model, DType::F32), "gpt_decode_layers"), 0);
+  EXPECT_EQ(count(step_dispatches(model, DType::F32), "small_m_linear"), 4 * 2 + 1);
 }
 
 TEST(DecodeFused, GpuOneLaunchForEveryBlock) {
@@ -386,11 +387,13 @@ TEST(DecodeFused, GpuOneLaunchForEveryBlock) {
     GptModel model(one_launch_config(layers));
     model.initialize(7);
     model.to(Device::cuda(0));
+    const DecodeLayersSetting on("1");
     {
       const DecodeFusionScope gpu(DecodeFusion::Gpu);
       EXPECT_EQ(count(step_dispatches(model, DType::BF16), "gpt_decode_layers"), 1);
-      const DecodeLayersSetting off("0");
+      unsetenv("RETORT_DECODE_LAYERS");
       EXPECT_EQ(count(step_dispatches(model, DType::BF16), "gpt_decode_layers"), 0);
+      setenv("RETORT_DECODE_LAYERS", "1", 1);
     }
     check_model(model, DType::BF16, DecodeFusion::Gpu, 3e-2);
     const DecodeFusionScope gpu(DecodeFusion::Gpu);
@@ -410,6 +413,7 @@ TEST(DecodeFused, GpuOneLaunchForEveryBlock) {
       EXPECT_EQ(a, b) << "temperature " << temperature;
     }
   }
+  const DecodeLayersSetting on("1");
   GptConfig config = one_launch_config(2);
   config.init_std = 0.3;
   GptModel model(config);

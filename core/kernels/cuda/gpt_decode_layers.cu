@@ -5,31 +5,35 @@
 // GPT's decode step through all its blocks in one persistent kernel (gpt_decode_layers, decode_kernels.h).
 //
 // A step of a few rows is a chain of about eight small kernels a block (norm, q|k|v product, cache attention, output
-// projection, norm, MLP products), each too small to fill the GPU: at 32 rows GPT-2 small's step spent 0.51 ms in ~100
-// launches of 3 to 5 us against ~0.1 ms of memory traffic. Here one block per multiprocessor runs every block of the
-// model as five phases apart by a grid-wide barrier:
+// projection, norm, MLP products), each too small to fill the GPU: at 32 rows GPT-2 small's step spends about 0.5 ms
+// in ~100 launches against ~0.1 ms of memory traffic. Here one CTA per multiprocessor runs every block of the model
+// as five phases, each opened by a grid-wide barrier:
 //
 //   1. LN1 of the residual rows, staged as bf16 in shared memory, times the q|k|v weight (+ bias) -> qkv
 //   2. the cache attention of every (row, head): append the new key and value, attend over the row's positions
-//   3. the attention output times the projection (+ bias), added to the residual (each column has one owner block)
+//   3. the attention output times the projection (+ bias), added to the residual (each column has one owner CTA)
 //   4. LN2 of the residual, times the MLP's first weight (+ bias), GELU -> hidden
 //   5. hidden times the MLP's projection (+ bias), added to the residual
 //
+// It is opt-in (ops::gpt_decode_layers_applies): on an H200 it is still slower than the per-op fused step, whose
+// launches overlap through programmatic dependent launch; docs/benchmarks.md has the phase-by-phase times
+// (RETORT_DECODE_LAYERS_PROFILE=1) and what was tried.
+//
 // The residual stream stays in float32 in global memory for the whole step (the per-op path rounds it to bf16 after
 // every addition; this one rounds once, at the end), beside a bf16 copy that the norms read (half the bytes to stage,
-// and the values the per-op path's norms see). The weights do not depend on the step's values, so at the start
-// of a block every CTA asks L2 for the slices of that block's weights it will multiply and for the cached keys and
-// values of the heads it will attend: by the time a phase's barrier opens, its weights are on chip.
+// and the values the per-op path's norms see).
 //
 // Products (phases 1, 3, 4, 5): the CTA owns whole columns (groups of 8 outputs, the n of an mma.sync m16n8k16) and
 // all rows; its 8 warps split the reduction (K) into 8 slices and add their sums through shared memory. Inside a
 // 32-wide slice of K the mma's k order is permuted (thread t of a quad holds elements 8t..8t+7, the first four for
 // one mma, the last four for the next) so that every operand is one 16-byte load, from global memory for the weight
-// and from shared memory for the rows; the same permutation on both operands leaves each dot product unchanged.
+// and from shared memory for the rows; the same permutation on both operands leaves each dot product unchanged. The
+// weights do not depend on the step, so each CTA loads its share into registers before the barrier that opens the
+// phase.
 //
 // The grid barrier is a counter in global memory (zeroed before the launch), added to by one thread a CTA with
 // release semantics and read with acquire; the launch is cooperative, so every CTA is resident. Rows written in one
-// phase and read in another are read with ld.global.cg (L2), never through a multiprocessor's L1.
+// phase and read in another are read with ld.global.cg or cp.async.cg (L2), never through a multiprocessor's L1.
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -37,7 +41,6 @@
 #include <mutex>
 #include <vector>
 
-#include "core/kernels/cuda/dependent_launch.cuh"
 #include "core/kernels/cuda/ptx.cuh"
 #include "core/kernels/decode_kernels.h"
 
@@ -93,7 +96,6 @@ struct Args {
   const bf16* x_in;  // [B, C]
   bf16* x_out;       // [B, C]
   bool carried;   // h holds the residual of the launch before (layers past kDecodeLayersPerLaunch): x_in is not read
-  bool prefetch;  // the L2 prefetches at the start of a block (RETORT_DECODE_LAYERS_PREFETCH=0: none)
   unsigned* barrier;
   unsigned long long* timeline;  // null, or a time stamp per barrier (CTA 0)
 };
@@ -160,23 +162,6 @@ __device__ __forceinline__ int2 share(int total, int part, int parts) {
                    static_cast<int>(static_cast<int64_t>(total) * (part + 1) / parts));
 }
 
-// L2 prefetches are issued by warps 1 to 7 only: thread 0 arrives at the grid barrier with a release, which waits
-// for its own outstanding memory operations, and must not wait for megabytes of prefetches.
-constexpr int kPrefetchThreads = kThreads - 32;
-
-// `bytes` (a multiple of 16) from `base` towards L2 in 16 KiB pieces, one a prefetching thread.
-__device__ __forceinline__ void prefetch_bytes(const void* base, int64_t bytes) {
-  constexpr int64_t kPiece = 16 * 1024;
-  if (threadIdx.x < 32) return;
-  for (int64_t at = (threadIdx.x - 32) * kPiece; at < bytes; at += kPrefetchThreads * kPiece)
-    prefetch_l2(static_cast<const char*>(base) + at, static_cast<uint32_t>(bytes - at < kPiece ? bytes - at : kPiece));
-}
-
-// Rows [first, last) of a [rows, K] bf16 weight towards L2.
-__device__ __forceinline__ void prefetch_rows(const bf16* w, int K, int first, int last) {
-  prefetch_bytes(w + static_cast<int64_t>(first) * K, static_cast<int64_t>(last - first) * K * 2);
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // Staging the rows of a product in shared memory: kRows rows of K bf16, kPad apart; rows past B are zero.
 
@@ -238,58 +223,38 @@ __device__ void stage_normed(const Step& a, const void* w, const void* b, bf16* 
     if (a.norm_f32) return *reinterpret_cast<const float4*>(params + which * param_bytes + 4 * c);
     return bf16x4(reinterpret_cast<const bf16*>(params + which * param_bytes) + c);
   };
-  // A warp's rows together (warp, warp + kWarps, ...), so that their reductions' shuffle chains overlap.
-  constexpr int kPerWarp = kRows / kWarps;
-  float4 v[kPerWarp][kVecs];
-  float mean[kPerWarp], rstd[kPerWarp];
-#pragma unroll
-  for (int j = 0; j < kPerWarp; ++j) {
-    const int r = warp + j * kWarps;
+#pragma unroll 1
+  for (int r = warp; r < kRows; r += kWarps) {
+    bf16* dst = rows + r * lda;
+    if (r >= a.B) {  // the same for the whole warp
+      for (int c = lane * 8; c < C; c += 256) *reinterpret_cast<uint4*>(dst + c) = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    float4 v[kVecs];
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
-      v[j][i] = i < vecs && r < a.B ? bf16x4(raw + r * C + 4 * lane + 128 * i) : make_float4(0, 0, 0, 0);
-      sum += (v[j][i].x + v[j][i].y) + (v[j][i].z + v[j][i].w);
+      v[i] = i < vecs ? bf16x4(raw + r * C + 4 * lane + 128 * i) : make_float4(0, 0, 0, 0);
+      sum += (v[i].x + v[i].y) + (v[i].z + v[i].w);
     }
-    mean[j] = sum;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int j = 0; j < kPerWarp; ++j) mean[j] += __shfl_xor_sync(0xffffffffu, mean[j], o);
-#pragma unroll
-  for (int j = 0; j < kPerWarp; ++j) {
-    mean[j] /= static_cast<float>(C);
+    const float mean = warp_sum(sum) / static_cast<float>(C);
     float sq = 0.f;
 #pragma unroll
     for (int i = 0; i < kVecs; ++i)
       if (i < vecs) {
-        const float dx = v[j][i].x - mean[j], dy = v[j][i].y - mean[j], dz = v[j][i].z - mean[j],
-                    dw = v[j][i].w - mean[j];
+        const float dx = v[i].x - mean, dy = v[i].y - mean, dz = v[i].z - mean, dw = v[i].w - mean;
         sq += (dx * dx + dy * dy) + (dz * dz + dw * dw);
       }
-    rstd[j] = sq;
-  }
+    const float rstd = rsqrtf(warp_sum(sq) / static_cast<float>(C) + a.eps);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int j = 0; j < kPerWarp; ++j) rstd[j] += __shfl_xor_sync(0xffffffffu, rstd[j], o);
-#pragma unroll
-  for (int i = 0; i < kVecs; ++i) {
-    if (i >= vecs) break;
-    const int c = 4 * lane + 128 * i;
-    const float4 g = param4(0, c), be = param4(1, c);
-#pragma unroll
-    for (int j = 0; j < kPerWarp; ++j) {
-      const int r = warp + j * kWarps;
-      const float rs = rsqrtf(rstd[j] / static_cast<float>(C) + a.eps);
-      const float4 x = v[j][i];
-      // Rows past B are zero (their mean is 0 and their values are 0), as the products expect.
-      *reinterpret_cast<uint2*>(rows + r * lda + c) =
-          r < a.B ? make_uint2(ptx::pack_bf16((x.x - mean[j]) * rs * g.x + be.x, (x.y - mean[j]) * rs * g.y + be.y),
-                               ptx::pack_bf16((x.z - mean[j]) * rs * g.z + be.z, (x.w - mean[j]) * rs * g.w + be.w))
-                  : make_uint2(0, 0);
-    }
+    for (int i = 0; i < kVecs; ++i)
+      if (i < vecs) {
+        const int c = 4 * lane + 128 * i;
+        const float4 x = v[i], g = param4(0, c), be = param4(1, c);
+        *reinterpret_cast<uint2*>(dst + c) =
+            make_uint2(ptx::pack_bf16((x.x - mean) * rstd * g.x + be.x, (x.y - mean) * rstd * g.y + be.y),
+                       ptx::pack_bf16((x.z - mean) * rstd * g.z + be.z, (x.w - mean) * rstd * g.w + be.w));
+      }
   }
 }
 
@@ -567,34 +532,6 @@ __device__ __noinline__ void attention_phase(const Step a, const LayerPointers L
   }
 }
 
-// The L2 prefetches of one block at its start: this CTA's columns of the weights of its last three products (the
-// first one's are loaded straight into registers) and the cached rows of its (row, head)s.
-__device__ void prefetch_block(const Step& a, const LayerPointers& L) {
-  const int C = a.C, G = gridDim.x, me = blockIdx.x;
-  const int2 proj = share(C / 8, me, G), fc = share(4 * C / 8, me, G);
-  prefetch_rows(L.proj_w, C, 8 * proj.x, 8 * proj.y);
-  prefetch_rows(L.fc_w, C, 8 * fc.x, 8 * fc.y);
-  prefetch_rows(L.out_w, 4 * C, 8 * proj.x, 8 * proj.y);
-  // Every item's row length read before the first prefetch (a prefetch between them would order the loads).
-  constexpr int kItems = 4;
-  for (int first = me; first < a.B * a.H; first += kItems * G) {
-    int cached[kItems];
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int item = first + k * G;
-      cached[k] = item < a.B * a.H ? min(max(a.starts[item / a.H], 0), a.cap) : 0;
-    }
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int item = first + k * G;
-      if (item >= a.B * a.H) break;
-      const int64_t head = static_cast<int64_t>(item) * a.cap * kHead;  // item = b H + h
-      prefetch_bytes(L.k_cache + head, static_cast<int64_t>(cached[k]) * kHead * 2);
-      prefetch_bytes(L.v_cache + head, static_cast<int64_t>(cached[k]) * kHead * 2);
-    }
-  }
-}
-
 template <int kRows>
 __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __grid_constant__ Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -610,7 +547,6 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __
       st.h[i] = __bfloat162float(a.x_in[i]), st.h16[i] = a.x_in[i];
   for (int l = 0; l < a.layers; ++l) {
     const LayerPointers& L = a.layer[l];
-    if (a.prefetch) prefetch_block(st, L);
     // Each product phase opens with the grid barrier after the phase before (its rows are then written).
     product_phase<kRows, 1>(st, Product{L.qkv_w, L.qkv_b, C, 3 * C, Epilogue::Store, st.qkv},
                             Staging{L.ln1_w, L.ln1_b, nullptr}, rows, barrier);
@@ -649,7 +585,7 @@ int padded_rows(int64_t rows) {
 struct PhaseProfile {
   std::mutex mutex;
   // Summed over steps, per phase (layer l's q|k|v product is phase 5 l, then its attention, projection, first MLP
-  // product and MLP projection with the next layer's prefetches): from the crossing that opens it to the next one,
+  // product and MLP projection): from the crossing that opens it to the next one,
   // and to the last CTA's marks after its staging and after its work.
   std::vector<double> us, staged_us, worked_us;
   double empty_us = 0;
@@ -752,10 +688,6 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
   constexpr int kStamps = kMarkBase + 2 * kMarkBase;
   if (profile != nullptr && profile->device == nullptr)
     RETORT_CUDA_CHECK(cudaMalloc(&profile->device, sizeof(unsigned long long) * kStamps));
-  a.prefetch = [] {
-    const char* v = std::getenv("RETORT_DECODE_LAYERS_PREFETCH");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
 
   const auto pointer = [](const Tensor& t) -> const void* { return t.defined() ? t.raw_data() : nullptr; };
   const auto weights = [](const Tensor& t) -> const bf16* { return t.defined() ? t.data<bf16>() : nullptr; };

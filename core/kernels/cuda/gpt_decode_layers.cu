@@ -106,23 +106,17 @@ struct Args {
 constexpr int kMarkBase = 128;      // the timeline's marks follow its crossings
 constexpr int kEmptyCrossings = 8;  // barriers with nothing between them, timed at the end of a profiled launch
 
-// The barrier's count of crossings lives in shared memory: in a local variable passed by reference to the phases it
-// was local memory, whose lines the streaming weights evict from L1.
-struct BarrierState {
-  unsigned target;
-  int crossings;
-};
-
 struct GridBarrier {
   unsigned* counter;
   unsigned long long* timeline;
-  BarrierState* state;  // shared memory
+  unsigned target = 0;
+  int crossings = 0;
   // The block's writes reach the other CTAs through the CTA barrier and thread 0's release (cumulative); thread 0's
   // acquire and the CTA barrier after it make theirs visible here.
-  __device__ void sync() const {
+  __device__ void sync() {
     __syncthreads();
+    target += gridDim.x;
     if (threadIdx.x == 0) {
-      const unsigned target = state->target += gridDim.x;
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
       unsigned seen = 0;
       do {
@@ -131,10 +125,10 @@ struct GridBarrier {
       if (timeline != nullptr && blockIdx.x == 0) {
         unsigned long long now;
         asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
-        timeline[state->crossings] = now;
+        timeline[crossings] = now;
       }
-      ++state->crossings;
     }
+    ++crossings;
     __syncthreads();
   }
   // Profiling only: the last CTA's time at step k of the phase the last crossing opened (after its staging, after its
@@ -143,20 +137,10 @@ struct GridBarrier {
     if (timeline != nullptr && blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) {
       unsigned long long now;
       asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
-      timeline[kMarkBase + 2 * (state->crossings - 1) + k] = now;
+      timeline[kMarkBase + 2 * (crossings - 1) + k] = now;
     }
   }
 };
-
-// 16 bytes of a weight or a cached row, read once a step: through the read-only path without a place in L1, which
-// keeps the stack and the step's scalars there.
-__device__ __forceinline__ uint4 stream_load(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 // A 16-byte shared-memory load kept in program order with the products around it (volatile, as ptx::mma is), so
 // that the compiler does not hoist every operand of a fully unrolled product loop ahead of the first product.
@@ -218,7 +202,7 @@ __device__ __forceinline__ float4 bf16x4(const bf16* p) {
 // staged rows, every copy in flight at once (loading the weight and bias into registers made a chain of dependent
 // loads, one round trip each), then each warp norms rows warp, warp + kWarps, ... from there and stores them as bf16.
 template <int kRows>
-__device__ void stage_normed(const Step a, const void* w, const void* b, bf16* rows) {
+__device__ void stage_normed(const Step& a, const void* w, const void* b, bf16* rows) {
   constexpr int kVecs = kMaxRowFloat4<kRows>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, C = a.C, lda = C + kPad, vecs = C / 128;
   bf16* raw = rows + kRows * lda;
@@ -315,12 +299,12 @@ __device__ void load_weights(const Product& p, int C, int u0, int units, WeightT
 #pragma unroll
       for (int c = 0; c < kMaxChunks; ++c)
         if (c < chunks)
-          t.w[s][c] = stream_load(base + static_cast<int64_t>(8 * unit) * p.K + split * C + 32 * c);
+          t.w[s][c] = __ldg(reinterpret_cast<const uint4*>(base + static_cast<int64_t>(8 * unit) * p.K + split * C + 32 * c));
   }
 }
 
 template <int kRows, int kSplits>
-__device__ void multiply(const Step a, const Product& p, const bf16* rows, float* sums, int u0, int units,
+__device__ void multiply(const Step& a, const Product& p, const bf16* rows, float* sums, int u0, int units,
                          const WeightTile& t) {
   constexpr int kMT = kRows / 16, kUnits = kMaxSlots / kSplits;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t4 = lane % 4, C = a.C;
@@ -409,7 +393,7 @@ struct Staging {
 // instead of the whole layer's code competing for them in one allocation.
 template <int kRows, int kSplits>
 __device__ __noinline__ void product_phase(const Step a, const Product p, const Staging stage, bf16* rows,
-                                           const GridBarrier barrier) {
+                                           GridBarrier& barrier) {
   constexpr int kUnits = kMaxSlots / kSplits;
   const int2 mine = share(p.N / 8, blockIdx.x, gridDim.x);
   int u0 = mine.x, units = min(kUnits, mine.y - u0);
@@ -486,8 +470,8 @@ __device__ __noinline__ void attention_phase(const Step a, const LayerPointers L
       for (int u = 0; u < kKeyUnroll; ++u) {
         const int j = base + u * stride;
         if (j < start) {
-          kv[u] = stream_load(keys + static_cast<int64_t>(j) * kHead + 8 * gl);
-          vv[u] = stream_load(values + static_cast<int64_t>(j) * kHead + 8 * gl);
+          kv[u] = __ldg(reinterpret_cast<const uint4*>(keys + static_cast<int64_t>(j) * kHead + 8 * gl));
+          vv[u] = __ldg(reinterpret_cast<const uint4*>(values + static_cast<int64_t>(j) * kHead + 8 * gl));
         } else if (j < seen) {
           kv[u] = load_shared_rows(k_new + 8 * gl);
           vv[u] = load_shared_rows(v_new + 8 * gl);
@@ -553,9 +537,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* rows = reinterpret_cast<bf16*>(smem);
   AttendScratch& scratch = *reinterpret_cast<AttendScratch*>(smem);
-  __shared__ BarrierState barrier_state;
-  if (threadIdx.x == 0) barrier_state = BarrierState{0, 0};
-  const GridBarrier barrier{a.barrier, a.timeline, &barrier_state};
+  GridBarrier barrier{a.barrier, a.timeline};
   const Step st = a.step;
   const int C = st.C;
   const int64_t n = static_cast<int64_t>(st.B) * C;

@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
   const std::string decode_attention = attention_choice != nullptr ? attention_choice : "auto";
   const char* layers_choice = std::getenv("RETORT_DECODE_LAYERS");
   const bool one_launch = layers_choice != nullptr && std::string(layers_choice) == "1";
-  const std::string framework = std::string("retort") + (fused ? "" : "-unfused") + (fused && one_launch ? "-one-launch" : "") +
+  const std::string framework = std::string("retort") + (fused ? "" : "-unfused") +
+                                (fused && one_launch ? "-one-launch" : "") +
                                 (fused && !dependent_launch ? "-no-pdl" : "") +
                                 (decode_attention == "lanes" ? "-lanes-attention" : "") + (graphs ? "" : "-no-graphs");
   fmt::print("{} {} on {}, {} compute: {} layers, {} heads, width {}, vocab {}, context {}; prompt {}, {} new tokens\n",

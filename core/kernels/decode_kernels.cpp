@@ -142,14 +142,15 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
   same_device({&x, &starts, &out}, op);
   const Tensor& first = layers.front().k_cache;
   for (const GptDecodeLayer& l : layers) {
-    same_device({&x, &l.ln1_weight, &l.ln1_bias, &l.qkv_weight, &l.qkv_bias, &l.proj_weight, &l.proj_bias,
-                 &l.ln2_weight, &l.ln2_bias, &l.fc_weight, &l.fc_bias, &l.out_weight, &l.out_bias, &l.k_cache,
-                 &l.v_cache},
-                op);
+    same_device(
+        {&x, &l.ln1_weight, &l.ln1_bias, &l.qkv_weight, &l.qkv_bias, &l.proj_weight, &l.proj_bias, &l.ln2_weight,
+         &l.ln2_bias, &l.fc_weight, &l.fc_bias, &l.out_weight, &l.out_bias, &l.k_cache, &l.v_cache},
+        op);
     const DType norm_dtype = l.ln1_weight.dtype();
     RETORT_CHECK(l.ln1_weight.defined() && l.ln2_weight.defined() && (norm_dtype == dtype || norm_dtype == DType::F32),
                  "{}: the LayerNorm weights must be defined, in {} or f32", op, dtype_name(dtype));
-    for (const Tensor* t : {&l.ln1_weight, &l.ln1_bias, &l.ln2_weight, &l.ln2_bias}) vector_of(*t, C, norm_dtype, "norm", op);
+    for (const Tensor* t : {&l.ln1_weight, &l.ln1_bias, &l.ln2_weight, &l.ln2_bias})
+      vector_of(*t, C, norm_dtype, "norm", op);
     const auto matrix = [&](const Tensor& w, const Tensor& b, int64_t n, int64_t k, const char* what) {
       RETORT_CHECK(w.ndim() == 2 && w.size(0) == n && w.size(1) == k && w.dtype() == dtype,
                    "{}: the {} weight {} should be {}[{}, {}]", op, what, w.describe(), dtype_name(dtype), n, k);

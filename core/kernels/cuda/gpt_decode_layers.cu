@@ -50,9 +50,9 @@ using namespace detail;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kPad = 32;            // bf16 after each staged row: rows 64 bytes apart mod 128, conflict-free reads
+constexpr int kPad = 32;  // bf16 after each staged row: rows 64 bytes apart mod 128, conflict-free reads
 constexpr int kHead = static_cast<int>(kDecodeLayersHead);
-constexpr int kKeyUnroll = 8;       // keys each lane group has in flight
+constexpr int kKeyUnroll = 8;  // keys each lane group has in flight
 // float4 a lane holds of one residual row: width <= 1024 at 16 rows; at 32 rows the staged MLP rows (32 x 4C) fit
 // shared memory only up to width 768.
 template <int kRows>
@@ -78,10 +78,10 @@ struct LayerPointers {
 // What every phase reads besides its layer's tensors, passed to the phases by value: read through a reference to the
 // kernel's parameters, each field was a generic load, reloaded inside loops (it may alias the stores there).
 struct Step {
-  float* h;    // [B, C] the residual stream
-  bf16* h16;   // [B, C] the same rounded to bf16: what the norms read (as the per-op path stores it)
-  bf16* qkv;   // [B, 3C]
-  bf16* attn;  // [B, C]
+  float* h;      // [B, C] the residual stream
+  bf16* h16;     // [B, C] the same rounded to bf16: what the norms read (as the per-op path stores it)
+  bf16* qkv;     // [B, 3C]
+  bf16* attn;    // [B, C]
   bf16* hidden;  // [B, 4C]
   const int32_t* starts;
   int B, C, H, cap;
@@ -95,7 +95,7 @@ struct Args {
   Step step;
   const bf16* x_in;  // [B, C]
   bf16* x_out;       // [B, C]
-  bool carried;   // h holds the residual of the launch before (layers past kDecodeLayersPerLaunch): x_in is not read
+  bool carried;      // h holds the residual of the launch before (layers past kDecodeLayersPerLaunch): x_in is not read
   unsigned* barrier;
   unsigned long long* timeline;  // null, or a time stamp per barrier (CTA 0)
 };
@@ -281,7 +281,7 @@ struct Product {
 };
 
 constexpr int kMaxSlots = 4;
-constexpr int kMaxChunks = 4;  // 32-wide pieces of a warp's eighth of C (C <= 1024)
+constexpr int kMaxChunks = 4;   // 32-wide pieces of a warp's eighth of C (C <= 1024)
 constexpr int kMaxOutputs = 4;  // outputs a thread finishes in a pass: 32 rows x 32 columns over kThreads
 
 struct WeightTile {
@@ -299,7 +299,8 @@ __device__ void load_weights(const Product& p, int C, int u0, int units, WeightT
 #pragma unroll
       for (int c = 0; c < kMaxChunks; ++c)
         if (c < chunks)
-          t.w[s][c] = __ldg(reinterpret_cast<const uint4*>(base + static_cast<int64_t>(8 * unit) * p.K + split * C + 32 * c));
+          t.w[s][c] =
+              __ldg(reinterpret_cast<const uint4*>(base + static_cast<int64_t>(8 * unit) * p.K + split * C + 32 * c));
   }
 }
 
@@ -438,7 +439,7 @@ __device__ __noinline__ void attention_phase(const Step a, const LayerPointers L
   constexpr float kLog2e = 1.4426950408889634f;
   const float scale = rsqrtf(static_cast<float>(kHead)) * kLog2e;
   for (int first = blockIdx.x; first < items; first += kWarps * G) {
-    const int n = min(kWarps, (items - first + G - 1) / G);  // items this round
+    const int n = min(kWarps, (items - first + G - 1) / G);                          // items this round
     const int mine = warp % n, rank = warp / n, team = (kWarps - mine + n - 1) / n;  // warps on item `mine`
     const int item = first + mine * G;
     const int b = item / H, h = item - b * H;
@@ -656,7 +657,8 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
   const int rows = padded_rows(B);
   const size_t shared = shared_bytes(rows, C);
   const auto kernel = rows == 16 ? &gpt_decode_layers_kernel<16> : &gpt_decode_layers_kernel<32>;
-  RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  RETORT_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
   int per_sm = 0;
   RETORT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared));
   check(per_sm >= 1, "gpt_decode_layers (CUDA): a CTA with {} bytes of shared memory does not fit a multiprocessor",
@@ -696,11 +698,11 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
     a.layers = static_cast<int>(count);
     for (size_t i = 0; i < count; ++i) {
       const GptDecodeLayer& l = layers[first + i];
-      a.layer[i] = LayerPointers{pointer(l.ln1_weight), pointer(l.ln1_bias), weights(l.qkv_weight),
-                                 weights(l.qkv_bias),   weights(l.proj_weight), weights(l.proj_bias),
-                                 pointer(l.ln2_weight), pointer(l.ln2_bias), weights(l.fc_weight),
-                                 weights(l.fc_bias),    weights(l.out_weight), weights(l.out_bias),
-                                 l.k_cache.data<bf16>(), l.v_cache.data<bf16>()};
+      a.layer[i] =
+          LayerPointers{pointer(l.ln1_weight),  pointer(l.ln1_bias),   weights(l.qkv_weight), weights(l.qkv_bias),
+                        weights(l.proj_weight), weights(l.proj_bias),  pointer(l.ln2_weight), pointer(l.ln2_bias),
+                        weights(l.fc_weight),   weights(l.fc_bias),    weights(l.out_weight), weights(l.out_bias),
+                        l.k_cache.data<bf16>(), l.v_cache.data<bf16>()};
     }
     // Launches after the first go on from the float32 residual the one before left in the workspace.
     a.carried = first > 0;

@@ -123,7 +123,8 @@ std::vector<double> reference(const Shape4& s, DType dtype, Problem& p) {
       const double rstd = 1.0 / std::sqrt(var / static_cast<double>(C) + 1e-5);
       for (int64_t c = 0; c < C; ++c)
         out[static_cast<size_t>(i * C + c)] =
-            r((h_stored[static_cast<size_t>(i * C + c)] - mean) * rstd * w[static_cast<size_t>(c)] + b[static_cast<size_t>(c)]);
+            r((h_stored[static_cast<size_t>(i * C + c)] - mean) * rstd * w[static_cast<size_t>(c)] +
+              b[static_cast<size_t>(c)]);
     }
     return out;
   };
@@ -165,7 +166,8 @@ std::vector<double> reference(const Shape4& s, DType dtype, Problem& p) {
         for (double& e : w) total += (e = std::exp(e - top));
         for (int64_t d = 0; d < D; ++d) {
           double sum = 0;
-          for (int64_t j = 0; j < seen; ++j) sum += w[static_cast<size_t>(j)] * L.v[head + static_cast<size_t>(j * D + d)];
+          for (int64_t j = 0; j < seen; ++j)
+            sum += w[static_cast<size_t>(j)] * L.v[head + static_cast<size_t>(j * D + d)];
           attn[static_cast<size_t>(i * C + hd * D + d)] = r(sum / total);
         }
       }
@@ -239,10 +241,10 @@ TEST(GptDecodeLayers, MatchesFloat64MathOnGpu) {
   uint32_t seed = 50;
   std::vector<Shape4> shapes;
   for (int64_t B : {1, 5, 16, 17, 32}) shapes.push_back({B, 256, 4, 40, 3});
-  shapes.push_back({32, 768, 12, 150, 2});         // GPT-2 small's width and heads
-  shapes.push_back({8, 256, 4, 33, 2, false});     // no biases
+  shapes.push_back({32, 768, 12, 150, 2});           // GPT-2 small's width and heads
+  shapes.push_back({8, 256, 4, 33, 2, false});       // no biases
   shapes.push_back({7, 512, 8, 20, 2, true, true});  // the norm's weight in f32
-  shapes.push_back({3, 256, 4, 12, 17});           // two launches
+  shapes.push_back({3, 256, 4, 12, 17});             // two launches
   for (const Shape4& s : shapes) {
     SCOPED_TRACE(s.name());
     ASSERT_TRUE(kernels::gpt_decode_layers_fits(s.B, s.C, s.H, DType::BF16, Device::cuda(0)));
@@ -262,8 +264,8 @@ TEST(GptDecodeLayers, ShapesTheGpuKernelDoesNotTakeAreRefused) {
   EXPECT_TRUE(kernels::gpt_decode_layers_fits(32, 768, 12, DType::BF16, gpu));
   EXPECT_FALSE(kernels::gpt_decode_layers_fits(33, 768, 12, DType::BF16, gpu));
   EXPECT_FALSE(kernels::gpt_decode_layers_fits(32, 768, 12, DType::F32, gpu));
-  EXPECT_FALSE(kernels::gpt_decode_layers_fits(32, 768, 6, DType::BF16, gpu));   // heads of 128
-  EXPECT_FALSE(kernels::gpt_decode_layers_fits(32, 320, 5, DType::BF16, gpu));   // not a multiple of 256
+  EXPECT_FALSE(kernels::gpt_decode_layers_fits(32, 768, 6, DType::BF16, gpu));    // heads of 128
+  EXPECT_FALSE(kernels::gpt_decode_layers_fits(32, 320, 5, DType::BF16, gpu));    // not a multiple of 256
   EXPECT_FALSE(kernels::gpt_decode_layers_fits(32, 1280, 20, DType::BF16, gpu));  // wider than 1024
   EXPECT_THROW(
       {

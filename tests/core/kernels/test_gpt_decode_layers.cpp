@@ -24,19 +24,10 @@ namespace retort {
 namespace {
 
 using decoder_ops_testing::normal_values;
+using decoder_ops_testing::round_to;
+using decoder_ops_testing::rounded_all;
 using decoder_ops_testing::scaled_error;
 using decoder_ops_testing::stored;
-
-double round_to(DType dtype, double v) {
-  switch (dtype) {
-    case DType::F32:
-      return static_cast<float>(v);
-    case DType::BF16:
-      return static_cast<float>(BFloat16(static_cast<float>(v)));
-    default:
-      return v;
-  }
-}
 
 struct Shape4 {
   int64_t B, C, H, cap, layers;
@@ -60,16 +51,11 @@ struct Problem {
   std::vector<LayerValues> layers;
 };
 
-std::vector<double> rounded(DType dtype, std::vector<double> v) {
-  for (double& e : v) e = round_to(dtype, e);
-  return v;
-}
-
 Problem make_problem(const Shape4& s, DType dtype, uint32_t seed) {
   const DType norm_dtype = s.norm_f32 ? DType::F32 : dtype;
   const int64_t C = s.C, D = C / s.H;
   Problem p;
-  p.x = rounded(dtype, normal_values(s.B * C, seed++, 1.0));
+  p.x = rounded_all(dtype, normal_values(s.B * C, seed++, 1.0));
   for (double& v : p.x) v = round_to(dtype, v + 0.5);  // an offset, so the norm's mean matters
   // Starts spread over the cache, with the first row at 0, the last at the cache's last position and (from 4 rows
   // on) one past the end.
@@ -80,7 +66,7 @@ Problem make_problem(const Shape4& s, DType dtype, uint32_t seed) {
   const auto vec = [&](int64_t n, double scale, double offset, DType d) {
     std::vector<double> v = normal_values(n, seed++, scale);
     for (double& e : v) e += offset;
-    return rounded(d, v);
+    return rounded_all(d, v);
   };
   for (int64_t l = 0; l < s.layers; ++l) {
     LayerValues L;
@@ -114,7 +100,7 @@ std::vector<double> reference(const Shape4& s, DType dtype, Problem& p) {
   // LayerNorm of the residual as stored (rounded), rounded.
   const auto normed = [&](const std::vector<double>& w, const std::vector<double>& b) {
     std::vector<double> out(static_cast<size_t>(B * C));
-    const std::vector<double> h_stored = rounded(dtype, h);
+    const std::vector<double> h_stored = rounded_all(dtype, h);
     for (int64_t i = 0; i < B; ++i) {
       double mean = 0, var = 0;
       for (int64_t c = 0; c < C; ++c) mean += h_stored[static_cast<size_t>(i * C + c)];

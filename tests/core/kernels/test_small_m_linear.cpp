@@ -25,27 +25,12 @@ namespace retort {
 namespace {
 
 using decoder_ops_testing::normal_values;
+using decoder_ops_testing::round_to;
+using decoder_ops_testing::rounded_all;
 using decoder_ops_testing::scaled_error;
 using decoder_ops_testing::stored;
 using kernels::LinearEpilogue;
 using kernels::RowNormKind;
-
-// The value as storage of `dtype` keeps it.
-double round_to(DType dtype, double v) {
-  switch (dtype) {
-    case DType::F32:
-      return static_cast<float>(v);
-    case DType::BF16:
-      return static_cast<float>(BFloat16(static_cast<float>(v)));
-    default:
-      return v;
-  }
-}
-
-std::vector<double> rounded_all(DType dtype, std::vector<double> v) {
-  for (double& x : v) x = round_to(dtype, x);
-  return v;
-}
 
 double tolerance(DType dtype) {
   return dtype == DType::F64 ? 1e-12 : dtype == DType::F32 ? 5e-5 : 1.5e-2;

@@ -171,6 +171,23 @@ inline CachedRun run_cached(const Tensor& q, const Tensor& k, const Tensor& v, i
   return {out, k_cache.to_doubles(), v_cache.to_doubles()};
 }
 
+// The value as storage of `dtype` keeps it (bf16 through float32, as a store from float32 rounds).
+inline double round_to(DType dtype, double v) {
+  switch (dtype) {
+    case DType::F32:
+      return static_cast<float>(v);
+    case DType::BF16:
+      return static_cast<float>(BFloat16(static_cast<float>(v)));
+    default:
+      return v;
+  }
+}
+
+inline std::vector<double> rounded_all(DType dtype, std::vector<double> v) {
+  for (double& x : v) x = round_to(dtype, x);
+  return v;
+}
+
 // `v` stored as `dtype` on `device` (rounded once from float64).
 inline Tensor stored(const std::vector<double>& v, const Shape& shape, DType dtype, Device device = Device::cpu()) {
   return Tensor::from_doubles(v, shape, DType::F64).to(dtype).to(device);

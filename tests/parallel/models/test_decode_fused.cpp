@@ -305,6 +305,29 @@ TEST(DecodeFused, GpuTwelveSequencesTakeTheTensorCoreProducts) {
   }
 }
 
+// Twelve new tokens a prompt in bf16, greedy (temperature 0) or sampled with a fixed seed.
+generate::GenerationOptions twelve_tokens(double temperature) {
+  generate::GenerationOptions options;
+  options.max_new_tokens = 12;
+  options.compute_dtype = DType::BF16;
+  options.sampling.temperature = temperature;
+  options.sampling.seed = 5;
+  return options;
+}
+
+std::vector<std::vector<int32_t>> tokens_of(const std::vector<generate::GeneratedSequence>& sequences) {
+  std::vector<std::vector<int32_t>> tokens;
+  for (const auto& s : sequences) tokens.push_back(s.tokens);
+  return tokens;
+}
+
+// kPrompts' tokens with the decode step replayed as a CUDA graph (checked to be captured).
+std::vector<std::vector<int32_t>> graphed_tokens(const GptModel& model, double temperature) {
+  const auto graphed = generate::generate_tokens(model, kPrompts, twelve_tokens(temperature));
+  EXPECT_GT(graphed[0].decode_graph_nodes, 0) << "the decode step was not captured";
+  return tokens_of(graphed);
+}
+
 // Graph decoding replays the fused kernels (and their programmatic dependencies) to the tokens of eager decoding,
 // greedy and sampled; programmatic dependent launch off gives the same tokens.
 TEST(DecodeFused, GpuGraphDecodingEqualsEagerDecoding) {
@@ -316,20 +339,12 @@ TEST(DecodeFused, GpuGraphDecodingEqualsEagerDecoding) {
     model.to(Device::cuda(0));
     for (double temperature : {0.0, 0.9}) {
       SCOPED_TRACE(c.name + (temperature > 0 ? " sampled" : " greedy"));
-      generate::GenerationOptions options;
-      options.max_new_tokens = 12;
-      options.compute_dtype = DType::BF16;
-      options.sampling.temperature = temperature;
-      options.sampling.seed = 5;
-      generate::GenerationOptions eager = options;
+      const std::vector<std::vector<int32_t>> a = graphed_tokens(model, temperature);
+      generate::GenerationOptions eager = twelve_tokens(temperature);
       eager.cuda_graphs = false;
-      const auto graphed = generate::generate_tokens(model, kPrompts, options);
-      EXPECT_GT(graphed[0].decode_graph_nodes, 0) << "the decode step was not captured";
-      std::vector<std::vector<int32_t>> a, b, d;
-      for (const auto& s : graphed) a.push_back(s.tokens);
-      for (const auto& s : generate::generate_tokens(model, kPrompts, eager)) b.push_back(s.tokens);
+      const std::vector<std::vector<int32_t>> b = tokens_of(generate::generate_tokens(model, kPrompts, eager));
       kernels::set_decode_dependent_launch_enabled(false);
-      for (const auto& s : generate::generate_tokens(model, kPrompts, options)) d.push_back(s.tokens);
+      const auto d = tokens_of(generate::generate_tokens(model, kPrompts, twelve_tokens(temperature)));
       kernels::set_decode_dependent_launch_enabled(true);
       EXPECT_EQ(a, b);
       EXPECT_EQ(a, d);
@@ -398,19 +413,10 @@ TEST(DecodeFused, GpuOneLaunchForEveryBlock) {
     check_model(model, DType::BF16, DecodeFusion::Gpu, 3e-2);
     const DecodeFusionScope gpu(DecodeFusion::Gpu);
     for (double temperature : {0.0, 0.9}) {
-      generate::GenerationOptions options;
-      options.max_new_tokens = 12;
-      options.compute_dtype = DType::BF16;
-      options.sampling.temperature = temperature;
-      options.sampling.seed = 5;
-      generate::GenerationOptions eager = options;
+      const std::vector<std::vector<int32_t>> a = graphed_tokens(model, temperature);
+      generate::GenerationOptions eager = twelve_tokens(temperature);
       eager.cuda_graphs = false;
-      const auto graphed = generate::generate_tokens(model, kPrompts, options);
-      EXPECT_GT(graphed[0].decode_graph_nodes, 0) << "the decode step was not captured";
-      std::vector<std::vector<int32_t>> a, b;
-      for (const auto& s : graphed) a.push_back(s.tokens);
-      for (const auto& s : generate::generate_tokens(model, kPrompts, eager)) b.push_back(s.tokens);
-      EXPECT_EQ(a, b) << "temperature " << temperature;
+      EXPECT_EQ(a, tokens_of(generate::generate_tokens(model, kPrompts, eager))) << "temperature " << temperature;
     }
   }
   const DecodeLayersSetting on("1");

@@ -73,7 +73,8 @@ bool decode_fusion_applies(const Tensor& x, DType compute_dtype, int64_t widest_
 
 bool gpt_decode_layers_applies(const Tensor& x, DType compute_dtype, int64_t n_head) {
   if (!x.defined() || x.dtype() != compute_dtype || (x.ndim() != 2 && !(x.ndim() == 3 && x.size(1) == 1))) return false;
-  // Opt-in: measured slower than the per-op fused step at every batch so far (docs/benchmarks.md).
+  // Opt-in: measured no faster than the per-op fused step (a tie at 8 and 16 rows, slower at 1 and 32;
+  // docs/benchmarks.md).
   const char* choice = std::getenv("RETORT_DECODE_LAYERS");
   if (choice == nullptr || std::string_view(choice) != "1" || !decode_fusion_allows(x.device(), compute_dtype))
     return false;

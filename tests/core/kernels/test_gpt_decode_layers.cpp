@@ -240,6 +240,52 @@ TEST(GptDecodeLayers, MatchesFloat64MathOnGpu) {
   }
 }
 
+// Inputs that do not fit the kernel's contract are refused with a message that names the tensor and the shape it
+// needs, before anything runs (on the CPU, where the same checks guard the reference).
+TEST(GptDecodeLayers, MismatchedInputsAreRefusedWithTheirShapes) {
+  const Shape4 s{2, 32, 4, 6, 1};
+  Problem p = make_problem(s, DType::F32, 3);
+  const int64_t C = s.C, D = C / s.H;
+  const auto t = [](const std::vector<double>& v, const Shape& shape) { return stored(v, shape, DType::F32); };
+  const LayerValues& L = p.layers[0];
+  const kernels::GptDecodeLayer good{t(L.ln1_w, {C}),
+                                     t(L.ln1_b, {C}),
+                                     t(L.qkv_w, {3 * C, C}),
+                                     t(L.qkv_b, {3 * C}),
+                                     t(L.proj_w, {C, C}),
+                                     t(L.proj_b, {C}),
+                                     t(L.ln2_w, {C}),
+                                     t(L.ln2_b, {C}),
+                                     t(L.fc_w, {4 * C, C}),
+                                     t(L.fc_b, {4 * C}),
+                                     t(L.out_w, {C, 4 * C}),
+                                     t(L.out_b, {C}),
+                                     t(L.k, {s.B, s.H, s.cap, D}),
+                                     t(L.v, {s.B, s.H, s.cap, D})};
+  const Tensor x = stored(p.x, {s.B, C}, DType::F32);
+  const Tensor starts = Tensor::from_ints(p.starts, {s.B});
+  const auto message = [&](const std::vector<kernels::GptDecodeLayer>& layers, const Tensor& st, int heads) {
+    Tensor out = Tensor::empty({s.B, C});
+    try {
+      kernels::gpt_decode_layers(x, layers, st, heads, 1e-5f, out);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({good}, starts, static_cast<int>(s.H)), "no error");
+  EXPECT_NE(message({}, starts, 4).find("no layers"), std::string::npos);
+  EXPECT_NE(message({good}, starts, 5).find("multiple of the 5 heads"), std::string::npos);
+  EXPECT_NE(message({good}, Tensor::from_ints({0, 1, 2}, {3}), 4).find("starts"), std::string::npos);
+  kernels::GptDecodeLayer short_cache = good;
+  short_cache.v_cache =
+      t(std::vector<double>(static_cast<size_t>(s.B * s.H * (s.cap - 1) * D), 0.0), {s.B, s.H, s.cap - 1, D});
+  EXPECT_NE(message({short_cache}, starts, 4).find("the caches"), std::string::npos);
+  kernels::GptDecodeLayer narrow_mlp = good;
+  narrow_mlp.fc_weight = t(std::vector<double>(static_cast<size_t>(3 * C * C), 0.0), {3 * C, C});
+  EXPECT_NE(message({narrow_mlp}, starts, 4).find("the MLP weight"), std::string::npos);
+}
+
 TEST(GptDecodeLayers, ShapesTheGpuKernelDoesNotTakeAreRefused) {
   // On the CPU every floating shape fits (the reference); the GPU's kernel takes bf16, 1 to 32 rows, heads of 64 and
   // widths that are multiples of 256 up to 1024.

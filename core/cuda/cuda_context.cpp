@@ -102,11 +102,15 @@ DeviceErrorRecord* device_error_record() {
   return context(current_device()).error_record;
 }
 
+bool stream_capturing() {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  RETORT_CUDA_CHECK(cudaStreamIsCapturing(context(current_device()).stream, &capture));
+  return capture != cudaStreamCaptureStatusNone;
+}
+
 std::optional<DeviceErrorRecord> take_device_error() {
   DeviceContext& ctx = context(current_device());
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  RETORT_CUDA_CHECK(cudaStreamIsCapturing(ctx.stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
+  if (stream_capturing()) return std::nullopt;
   DeviceErrorRecord record{};
   RETORT_CUDA_CHECK(cudaMemcpyAsync(&record, ctx.error_record, sizeof(record), cudaMemcpyDeviceToHost, ctx.stream));
   RETORT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));

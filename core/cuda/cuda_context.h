@@ -16,6 +16,8 @@ namespace retort::cuda {
 // The stream all retort work on `device` is ordered on (a non-blocking stream created on first use).
 cudaStream_t compute_stream(int device);
 cudaStream_t current_stream();  // compute stream of the current device
+// Whether the current device's compute stream is being recorded into a CUDA graph (no host waits then).
+bool stream_capturing();
 int current_device();
 cublasHandle_t cublas_handle();  // bound to the current device's compute stream
 cublasLtHandle_t cublaslt_handle();

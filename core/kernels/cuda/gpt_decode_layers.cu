@@ -41,6 +41,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/kernels/cuda/kernel_facts.cuh"
 #include "core/kernels/cuda/ptx.cuh"
 #include "core/kernels/decode_kernels.h"
 
@@ -637,12 +638,6 @@ bool profiling() {
   return on;
 }
 
-bool stream_capturing() {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  RETORT_CUDA_CHECK(cudaStreamIsCapturing(rc::current_stream(), &status));
-  return status != cudaStreamCaptureStatusNone;
-}
-
 }  // namespace
 
 bool gpt_decode_layers_shared_fits(int64_t rows, int64_t width) {
@@ -657,12 +652,10 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
   const int rows = padded_rows(B);
   const size_t shared = shared_bytes(rows, C);
   const auto kernel = rows == 16 ? &gpt_decode_layers_kernel<16> : &gpt_decode_layers_kernel<32>;
-  RETORT_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
-  int per_sm = 0;
-  RETORT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared));
-  check(per_sm >= 1, "gpt_decode_layers (CUDA): a CTA with {} bytes of shared memory does not fit a multiprocessor",
-        shared);
+  // The shared memory limit raised once a device (gpt_decode_layers_fits has checked that a CTA fits); one resident
+  // CTA a multiprocessor is the cooperative launch's grid.
+  static KernelFacts facts16, facts32;
+  blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, shared, rows == 16 ? facts16 : facts32);
   const int grid = sm_count();
 
   // The workspace: the residual rows (f32), q|k|v, the attention output, the MLP's hidden rows and the residual rows
@@ -686,7 +679,7 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
   a.step.eps = eps;
   a.step.norm_f32 = layers.front().ln1_weight.dtype() == DType::F32;
 
-  PhaseProfile* profile = profiling() && !stream_capturing() ? &PhaseProfile::get() : nullptr;
+  PhaseProfile* profile = profiling() && !rc::stream_capturing() ? &PhaseProfile::get() : nullptr;
   constexpr int kStamps = kMarkBase + 2 * kMarkBase;
   if (profile != nullptr && profile->device == nullptr)
     RETORT_CUDA_CHECK(cudaMalloc(&profile->device, sizeof(unsigned long long) * kStamps));

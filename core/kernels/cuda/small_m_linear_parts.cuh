@@ -1,17 +1,14 @@
 #pragma once
 // What the two small-m linear kernels share (small_m_linear.cu: CUDA cores, up to 8 rows; small_m_linear_mma.cu:
 // tensor cores, up to 32 bf16 rows): the launch parameters, the epilogue of one output, the L2 prefetches issued before
-// a dependent launch waits, and the per-device facts of a kernel's launch. Included by those two files only.
+// a dependent launch waits (the per-device facts of a kernel's launch are kernel_facts.cuh's). Included by those two
+// files only.
 // clang-format off
 #include "core/kernels/cuda/common.cuh"  // first: it configures fmt for nvcc
 // clang-format on
 
-#include <map>
-#include <mutex>
-#include <set>
-#include <utility>
-
 #include "core/kernels/cuda/dependent_launch.cuh"
+#include "core/kernels/cuda/kernel_facts.cuh"
 
 namespace retort::kernels::cuda::small_m {
 using namespace detail;
@@ -101,31 +98,6 @@ __device__ __forceinline__ void prefetch_norm(const Params& p, bool vec) {
   const uint32_t bytes = static_cast<uint32_t>(p.K * (p.norm_f32 ? 4 : 2));
   prefetch_l2(p.norm_w, bytes);
   if (p.norm_b) prefetch_l2(p.norm_b, bytes);
-}
-
-// What a launch needs to know about one kernel on each device, found once: whether its shared memory limit was raised
-// past the 48 KiB default, and how many of its blocks an SM holds at each shared memory size (the grid).
-struct KernelFacts {
-  std::mutex mutex;
-  std::map<std::pair<int, size_t>, int> resident;  // (device, shared bytes) -> blocks per SM
-  std::set<int> raised;                            // devices
-};
-
-inline int blocks_per_sm(const void* kernel, int threads, size_t shared, KernelFacts& facts) {
-  const int device = rc::current_device();
-  const std::lock_guard<std::mutex> lock(facts.mutex);
-  if (shared > 48 * 1024 && !facts.raised.count(device)) {
-    const int most = static_cast<int>(rc::device_properties(device).sharedMemPerBlockOptin);
-    RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    facts.raised.insert(device);
-  }
-  const auto key = std::make_pair(device, shared);
-  if (auto it = facts.resident.find(key); it != facts.resident.end()) return it->second;
-  int blocks = 0;
-  RETORT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared));
-  blocks = std::max(blocks, 1);
-  facts.resident.emplace(key, blocks);
-  return blocks;
 }
 
 // The tensor-core kernel (small_m_linear_mma.cu): whether it takes these rows (bf16, 16-byte aligned, K a multiple of

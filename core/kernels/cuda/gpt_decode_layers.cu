@@ -587,8 +587,8 @@ int padded_rows(int64_t rows) {
 struct PhaseProfile {
   std::mutex mutex;
   // Summed over steps, per phase (layer l's q|k|v product is phase 5 l, then its attention, projection, first MLP
-  // product and MLP projection): from the crossing that opens it to the next one,
-  // and to the last CTA's marks after its staging and after its work.
+  // product and MLP projection; layers past a launch's kDecodeLayersPerLaunch continue the count): from the crossing
+  // that opens it to the next one, and to the last CTA's marks after its staging and after its work.
   std::vector<double> us, staged_us, worked_us;
   double empty_us = 0;
   int64_t steps = 0;
@@ -601,19 +601,22 @@ struct PhaseProfile {
     }();
     return *profile;
   }
-  void record(const std::vector<unsigned long long>& t, int crossings, int empty, bool new_step) {
+  // One launch's stamps; its first phase is phase `offset` of the step.
+  void record(const std::vector<unsigned long long>& t, int crossings, int empty, size_t offset) {
     const size_t phases = static_cast<size_t>(crossings - 1);
-    if (us.size() < phases) us.resize(phases, 0.0), staged_us.resize(phases, 0.0), worked_us.resize(phases, 0.0);
+    if (us.size() < offset + phases)
+      us.resize(offset + phases, 0.0), staged_us.resize(offset + phases, 0.0), worked_us.resize(offset + phases, 0.0);
     const auto since = [&](unsigned long long later, unsigned long long earlier) {
       return later > earlier ? (later - earlier) / 1000.0 : 0.0;
     };
     for (size_t i = 0; i < phases; ++i) {
-      us[i] += since(t[i + 1], t[i]);
-      staged_us[i] += since(t[kMarkBase + 2 * i], t[i]);
-      worked_us[i] += since(t[kMarkBase + 2 * i + 1], t[i]);
+      us[offset + i] += since(t[i + 1], t[i]);
+      staged_us[offset + i] += since(t[kMarkBase + 2 * i], t[i]);
+      worked_us[offset + i] += since(t[kMarkBase + 2 * i + 1], t[i]);
     }
+    if (offset > 0) return;  // one step: the first launch's empty barriers
     empty_us += since(t[static_cast<size_t>(crossings + empty - 1)], t[static_cast<size_t>(crossings - 1)]) / empty;
-    if (new_step) ++steps;
+    ++steps;
   }
   void print() {
     if (steps == 0) return;
@@ -720,7 +723,7 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
                                         cudaMemcpyDeviceToHost, rc::current_stream()));
       RETORT_CUDA_CHECK(cudaStreamSynchronize(rc::current_stream()));
       std::lock_guard<std::mutex> lock(profile->mutex);
-      profile->record(stamps, crossings - kEmptyCrossings, kEmptyCrossings, first == 0);
+      profile->record(stamps, crossings - kEmptyCrossings, kEmptyCrossings, 5 * first);
     }
   }
 }

@@ -112,6 +112,27 @@ void embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2,
   RETORT_DISPATCH(table.device(), embedding_sum, table, ids, table2, ids2, out);
 }
 
+NormedLinear fold_norm_into_linear(const Tensor& norm_weight, const Tensor& norm_bias, const Tensor& weight,
+                                   const Tensor& bias) {
+  const char* op = "fold_norm_into_linear";
+  RETORT_CHECK(weight.defined() && weight.ndim() == 2 && is_floating(weight.dtype()), "{}: weight {} should be [N, K]",
+               op, weight.describe());
+  const int64_t N = weight.size(0), K = weight.size(1);
+  const DType dtype = weight.dtype();
+  RETORT_CHECK(norm_weight.defined() && (norm_weight.dtype() == dtype || norm_weight.dtype() == DType::F32),
+               "{}: the norm's weight {} should be {}[{}] or f32[{}]", op, norm_weight.describe(), dtype_name(dtype), K,
+               K);
+  vector_of(norm_weight, K, norm_weight.dtype(), "the norm's weight", op);
+  vector_of(norm_bias, K, norm_weight.dtype(), "the norm's bias", op);
+  vector_of(bias, N, dtype, "the bias", op);
+  same_device({&norm_weight, &norm_bias, &weight, &bias}, op);
+  const DType sums = dtype == DType::F64 ? DType::F64 : DType::F32;
+  NormedLinear out{Tensor::empty({N, K}, dtype, weight.device()), Tensor::empty({N}, sums, weight.device()),
+                   Tensor::empty({N}, sums, weight.device())};
+  RETORT_DISPATCH(weight.device(), fold_norm_into_linear, norm_weight, norm_bias, weight, bias, out);
+  return out;
+}
+
 bool gpt_decode_layers_fits(int64_t rows, int64_t width, int64_t n_head, DType dtype, Device device) {
   if (rows < 1 || width < 1 || n_head < 1 || width % n_head != 0 || !is_floating(dtype)) return false;
   if (!device.is_cuda()) return true;
@@ -141,24 +162,27 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
                x.describe());
   same_device({&x, &starts, &out}, op);
   const Tensor& first = layers.front().k_cache;
+  const DType sums = dtype == DType::F64 ? DType::F64 : DType::F32;
   for (const GptDecodeLayer& l : layers) {
-    same_device(
-        {&x, &l.ln1_weight, &l.ln1_bias, &l.qkv_weight, &l.qkv_bias, &l.proj_weight, &l.proj_bias, &l.ln2_weight,
-         &l.ln2_bias, &l.fc_weight, &l.fc_bias, &l.out_weight, &l.out_bias, &l.k_cache, &l.v_cache},
-        op);
-    const DType norm_dtype = l.ln1_weight.dtype();
-    RETORT_CHECK(l.ln1_weight.defined() && l.ln2_weight.defined() && (norm_dtype == dtype || norm_dtype == DType::F32),
-                 "{}: the LayerNorm weights must be defined, in {} or f32", op, dtype_name(dtype));
-    for (const Tensor* t : {&l.ln1_weight, &l.ln1_bias, &l.ln2_weight, &l.ln2_bias})
-      vector_of(*t, C, norm_dtype, "norm", op);
+    same_device({&x, &l.qkv.weight, &l.qkv.colsum, &l.qkv.shift, &l.proj_weight, &l.proj_bias, &l.fc.weight,
+                 &l.fc.colsum, &l.fc.shift, &l.out_weight, &l.out_bias, &l.k_cache, &l.v_cache},
+                op);
     const auto matrix = [&](const Tensor& w, const Tensor& b, int64_t n, int64_t k, const char* what) {
       RETORT_CHECK(w.ndim() == 2 && w.size(0) == n && w.size(1) == k && w.dtype() == dtype,
                    "{}: the {} weight {} should be {}[{}, {}]", op, what, w.describe(), dtype_name(dtype), n, k);
       vector_of(b, n, dtype, what, op);
     };
-    matrix(l.qkv_weight, l.qkv_bias, 3 * C, C, "q|k|v");
+    const auto folded = [&](const NormedLinear& f, int64_t n, const char* what) {
+      matrix(f.weight, Tensor(), n, C, what);
+      RETORT_CHECK(f.colsum.defined() && f.shift.defined(),
+                   "{}: the {} product has no column sums or shift: fold its LayerNorm with fold_norm_into_linear", op,
+                   what);
+      vector_of(f.colsum, n, sums, what, op);
+      vector_of(f.shift, n, sums, what, op);
+    };
+    folded(l.qkv, 3 * C, "q|k|v");
+    folded(l.fc, 4 * C, "MLP");
     matrix(l.proj_weight, l.proj_bias, C, C, "attention projection");
-    matrix(l.fc_weight, l.fc_bias, 4 * C, C, "MLP");
     matrix(l.out_weight, l.out_bias, C, 4 * C, "MLP projection");
     RETORT_CHECK(l.k_cache.ndim() == 4 && l.k_cache.size(0) == B && l.k_cache.size(1) == n_head &&
                      l.k_cache.size(3) == D && l.k_cache.dtype() == dtype && l.v_cache.shape() == l.k_cache.shape() &&

@@ -6,6 +6,7 @@
 //                    the norm of each input row (LayerNorm or RMSNorm) as a prologue, the product read once from a
 //                    weight streamed at memory bandwidth, and the bias, GELU, SwiGLU or residual add as an epilogue;
 //   embedding_sum    the token row plus the position row, rounded once to the compute dtype, one launch;
+//   fold_norm_into_linear  a LayerNorm's weight and bias folded into the product after it, once per weight;
 //   gpt_decode_layers  every block of a GPT model (norms, q|k|v, cache attention, projections, MLP) for one new
 //                    position a row, in one persistent launch on the GPU (core/kernels/cuda/gpt_decode_layers.cu).
 //
@@ -62,12 +63,32 @@ void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, 
 // Ids out of range throw (CPU) or are reported by a device-side check (CUDA), as in embedding_forward.
 void embedding_sum(const Tensor& table, const Tensor& ids, const Tensor& table2, const Tensor& ids2, Tensor& out);
 
-// One GPT block's tensors for gpt_decode_layers: the LayerNorms' weights and biases ([C], x's dtype or f32), the packed
-// q|k|v [3C, C], the attention's projection [C, C] and the MLP's [4C, C] and [C, 4C] weights, biases [N] (any bias may
-// be undefined: a model without biases), and the block's key and value cache [B, H, cap, D], x's dtype.
+// A LayerNorm folded into the product that reads it. For a row x of K values with mean mu and 1/std r,
+//   LN(x) W^T + b = r (x W'^T - mu colsum) + shift,   W' = W diag(gamma),  colsum[n] = sum_k W'[n, k],
+//                                                    shift[n] = b[n] + sum_k W[n, k] beta[k],
+// so a kernel can multiply the rows as they are stored and apply each row's mean and 1/std after the product, instead
+// of norming every row before it (in a persistent decode kernel every CTA would norm every row again).
+struct NormedLinear {
+  Tensor weight;  // W' [N, K] in the weight's dtype: each element rounded once
+  Tensor colsum;  // [N] f32 (f64 for f64 weights): the sums of W' as stored
+  Tensor shift;   // [N] like colsum
+};
+
+// norm_weight (gamma) and norm_bias (beta, may be undefined) [K] in the weight's dtype or f32; weight [N, K]; bias [N]
+// in the weight's dtype or undefined. Sums in float32 (float64 for f64). A weight or norm that changes needs a new
+// fold (GptBlock keeps one per stamp of the tensors it came from).
+NormedLinear fold_norm_into_linear(const Tensor& norm_weight, const Tensor& norm_bias, const Tensor& weight,
+                                   const Tensor& bias);
+
+// One GPT block's tensors for gpt_decode_layers: LN1 folded into the packed q|k|v product [3C, C] and LN2 into the
+// MLP's first product [4C, C] (fold_norm_into_linear), the attention's projection [C, C] and the MLP's projection
+// [C, 4C] with biases [N] (any bias may be undefined: a model without biases), and the block's key and value cache
+// [B, H, cap, D], x's dtype.
 struct GptDecodeLayer {
-  Tensor ln1_weight, ln1_bias, qkv_weight, qkv_bias, proj_weight, proj_bias;
-  Tensor ln2_weight, ln2_bias, fc_weight, fc_bias, out_weight, out_bias;
+  NormedLinear qkv;
+  Tensor proj_weight, proj_bias;
+  NormedLinear fc;
+  Tensor out_weight, out_bias;
   Tensor k_cache, v_cache;
 };
 // The head size, rows and layers a GPU launch of gpt_decode_layers takes (more layers take more launches).
@@ -83,9 +104,11 @@ bool gpt_decode_layers_fits(int64_t rows, int64_t width, int64_t n_head, DType d
 // x [B, C], one new position a row at position starts[b] (i32 [B]) of its cache. For each layer in order:
 //   h += proj(attention(qkv(LN1(h))))   (the new key and value appended at starts[b]; dropped at or past cap)
 //   h += out(gelu(fc(LN2(h))))          (GELU's tanh approximation)
-// out [B, C] = the last h, rounded once to x's dtype. The norms' input (h), the normed rows, q|k|v, the attention
-// output and the MLP's hidden rows are rounded to x's dtype as separate kernels would store them; h itself stays
-// float32 (float64 for f64) from layer to layer; sums in float32 (float64 for f64). LayerNorm's eps is `eps`.
+// out [B, C] = the last h, rounded once to x's dtype. Each LayerNorm is applied through its fold (NormedLinear): the
+// product reads h rounded to x's dtype, as a separate norm kernel would find it stored, and each row's mean and
+// 1/std of those values (eps `eps`) come in after the product. q|k|v, the attention output and the MLP's hidden rows
+// are rounded to x's dtype as separate kernels would store them; h itself stays float32 (float64 for f64) from layer
+// to layer; sums in float32 (float64 for f64).
 void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layers, const Tensor& starts, int n_head,
                        float eps, Tensor& out);
 
@@ -96,6 +119,8 @@ bool decode_dependent_launch_enabled();
 void set_decode_dependent_launch_enabled(bool enabled);
 
 namespace cpu {
+void fold_norm_into_linear(const Tensor& norm_weight, const Tensor& norm_bias, const Tensor& weight, const Tensor& bias,
+                           NormedLinear& out);
 void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
                     const Tensor& weight2, const Tensor& bias2, const Tensor& residual, LinearEpilogue epilogue,
                     Tensor& out);
@@ -106,6 +131,8 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
 
 #ifdef RETORT_WITH_CUDA
 namespace cuda {
+void fold_norm_into_linear(const Tensor& norm_weight, const Tensor& norm_bias, const Tensor& weight, const Tensor& bias,
+                           NormedLinear& out);
 void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
                     const Tensor& weight2, const Tensor& bias2, const Tensor& residual, LinearEpilogue epilogue,
                     Tensor& out);

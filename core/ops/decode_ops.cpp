@@ -91,6 +91,25 @@ Tensor gpt_decode_layers(const Tensor& x, const std::vector<kernels::GptDecodeLa
   return out;
 }
 
+kernels::NormedLinear FoldedNormCache::get(const Tensor& norm_weight, const Tensor& norm_bias, const Tensor& weight,
+                                           const Tensor& bias) {
+  const std::array<const Tensor*, 4> sources{&norm_weight, &norm_bias, &weight, &bias};
+  std::array<const void*, 4> places{};
+  std::array<uint64_t, 4> stamps{};
+  for (size_t i = 0; i < sources.size(); ++i)
+    if (sources[i]->defined()) {
+      places[i] = sources[i]->raw_data();
+      stamps[i] = sources[i]->impl()->storage->version();
+    }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!folded_.weight.defined() || places != places_ || stamps != stamps_) {
+    folded_ = kernels::fold_norm_into_linear(norm_weight, norm_bias, weight, bias);
+    places_ = places;
+    stamps_ = stamps;
+  }
+  return folded_;
+}
+
 Tensor small_m_linear(const Tensor& x, const kernels::RowNorm& norm, const Tensor& weight, const Tensor& bias,
                       kernels::LinearEpilogue epilogue, const Tensor& residual, const Tensor& weight2,
                       const Tensor& bias2) {

@@ -3,6 +3,10 @@
 // norm before it and its bias, GELU, SwiGLU or residual add after it in one launch, and the embedding in one launch.
 // Inference only: no tape (an error when grad mode is on and an input requires a gradient). Whether a model takes
 // them is decode_fusion_applies (the switch of core/ops/fusion.h, the device, the dtype, the rows).
+#include <array>
+#include <cstdint>
+#include <mutex>
+
 #include "core/kernels/decode_kernels.h"
 #include "core/tensor/tensor.h"
 
@@ -30,6 +34,21 @@ bool gpt_decode_layers_applies(const Tensor& x, DType compute_dtype, int64_t n_h
 // the layers' caches -> the last residual, shaped like x.
 Tensor gpt_decode_layers(const Tensor& x, const std::vector<kernels::GptDecodeLayer>& layers, const Tensor& starts,
                          int n_head, float eps);
+
+// A LayerNorm folded into the product after it (kernels::fold_norm_into_linear), kept between decode steps and folded
+// again when any of its four tensors changed: a different place, or new contents (the storage's stamp, which every
+// write through Tensor::copy_ or an optimizer step renews). One per product of a model; safe to share between threads.
+class FoldedNormCache {
+ public:
+  kernels::NormedLinear get(const Tensor& norm_weight, const Tensor& norm_bias, const Tensor& weight,
+                            const Tensor& bias);
+
+ private:
+  std::mutex mutex_;
+  kernels::NormedLinear folded_;
+  std::array<const void*, 4> places_{};
+  std::array<uint64_t, 4> stamps_{};
+};
 
 // epilogue(norm(x) W^T + bias) over x [..., K], W [N, K] -> [..., N] in x's dtype (kernels::small_m_linear: the normed
 // row and a linear output that is added or gated rounded as separate kernels would store them). residual [..., N]

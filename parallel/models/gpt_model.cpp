@@ -135,16 +135,10 @@ bool GptBlock::takes_decode_layers() const {
 kernels::GptDecodeLayer GptBlock::decode_layer(generate::KvCache& cache, int64_t layer, DType compute_dtype) const {
   const auto compute = [&](const Tensor& t) { return t.defined() ? nn::to_compute(t, compute_dtype) : Tensor(); };
   const kernels::RowNorm first = ln_1_->as_prologue(compute_dtype), second = ln_2_->as_prologue(compute_dtype);
-  return {first.weight,
-          first.bias,
-          compute(qkv_->weight()),
-          compute(qkv_->bias()),
+  return {qkv_fold_.get(first.weight, first.bias, compute(qkv_->weight()), compute(qkv_->bias())),
           compute(attn_proj_->weight()),
           compute(attn_proj_->bias()),
-          second.weight,
-          second.bias,
-          compute(fc_->weight()),
-          compute(fc_->bias()),
+          fc_fold_.get(second.weight, second.bias, compute(fc_->weight()), compute(fc_->bias())),
           compute(mlp_proj_->weight()),
           compute(mlp_proj_->bias()),
           cache.keys(layer),

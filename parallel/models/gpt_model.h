@@ -22,6 +22,7 @@
 
 #include "core/kernels/decode_kernels.h"
 #include "core/nn/layers.h"
+#include "core/ops/decode_ops.h"
 #include "parallel/models/rope.h"
 #include "parallel/tp/layers.h"
 
@@ -90,8 +91,9 @@ class GptBlock : public nn::Module {
   // cache lengths).
   ResidualStream forward_cached(const ResidualStream& in, generate::KvCache& cache, int64_t layer, const Tensor& starts,
                                 DType compute_dtype) const;
-  // This block's tensors in `compute_dtype` and its layer of the cache, for ops::gpt_decode_layers; whether the block
-  // can take that path at all (a LayerNorm block on one rank).
+  // This block's tensors in `compute_dtype` (its norms folded into the products after them, kept until a weight
+  // changes) and its layer of the cache, for ops::gpt_decode_layers; whether the block can take that path at all (a
+  // LayerNorm block on one rank).
   kernels::GptDecodeLayer decode_layer(generate::KvCache& cache, int64_t layer, DType compute_dtype) const;
   bool takes_decode_layers() const;
 
@@ -110,6 +112,7 @@ class GptBlock : public nn::Module {
   std::shared_ptr<nn::Norm> ln_1_, ln_2_;
   std::shared_ptr<tp::ColumnParallelLinear> qkv_, fc_;
   std::shared_ptr<tp::RowParallelLinear> attn_proj_, mlp_proj_;
+  mutable ops::FoldedNormCache qkv_fold_, fc_fold_;  // decode_layer's LN1 + q|k|v and LN2 + fc
 };
 
 class GptModel : public nn::Module {

@@ -1,7 +1,7 @@
 // GPT's decode step through all its blocks on the CPU, the reference of core/kernels/cuda/gpt_decode_layers.cu:
 // plain loops in the kernel's order, rounding to the storage dtype where the GPU stores a value (the residual as the
-// norms read it, the normed rows, q|k|v, the attention output, the MLP's hidden rows, the result) and keeping the
-// residual itself in the accumulator type (float32 for f32 and bf16 storage, float64 for f64) from layer to layer.
+// folded norms read it, q|k|v, the attention output, the MLP's hidden rows, the result) and keeping the residual
+// itself in the accumulator type (float32 for f32 and bf16 storage, float64 for f64) from layer to layer.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -25,10 +25,9 @@ class DecodeLayers {
   }
 
   void block(const GptDecodeLayer& l, const int32_t* starts) {
-    const std::vector<A> qkv = linear(normed(l.ln1_weight, l.ln1_bias), l.qkv_weight, l.qkv_bias, false);
+    const std::vector<A> qkv = normed_linear(l.qkv, false);
     add(linear(attend(qkv, l, starts), l.proj_weight, l.proj_bias, false));
-    add(linear(linear(normed(l.ln2_weight, l.ln2_bias), l.fc_weight, l.fc_bias, true), l.out_weight, l.out_bias,
-               false));
+    add(linear(normed_linear(l.fc, true), l.out_weight, l.out_bias, false));
   }
 
   void write(Tensor& out) const {
@@ -37,24 +36,33 @@ class DecodeLayers {
   }
 
  private:
-  // LayerNorm of the residual rows, rounded as stored.
-  std::vector<A> normed(const Tensor& w, const Tensor& b) const {
-    std::vector<A> out(static_cast<size_t>(B_ * C_));
+  // LN(h) W^T + b through the fold: the residual rows as stored times W', then each row's mean and 1/std of those
+  // values applied with the column sums and the shift. GELU'd and rounded when `gelu`.
+  std::vector<A> normed_linear(const NormedLinear& f, bool gelu) const {
+    const int64_t N = f.weight.size(0);
+    std::vector<A> rows(static_cast<size_t>(B_ * C_)), mean(static_cast<size_t>(B_)), rstd(static_cast<size_t>(B_));
     for (int64_t r = 0; r < B_; ++r) {
-      // The norm reads the residual rounded to the storage dtype, as a separate norm kernel would find it stored.
-      std::vector<A> row(static_cast<size_t>(C_));
-      for (int64_t c = 0; c < C_; ++c) row[static_cast<size_t>(c)] = stored<S>(h_[static_cast<size_t>(r * C_ + c)]);
-      A mean = 0, var = 0;
-      for (const A v : row) mean += v;
-      mean /= static_cast<A>(C_);
-      for (const A v : row) var += (v - mean) * (v - mean);
-      const A rstd = static_cast<A>(1) / std::sqrt(var / static_cast<A>(C_) + static_cast<A>(eps_));
+      A sum = 0, var = 0;
       for (int64_t c = 0; c < C_; ++c) {
-        const A beta = b.defined() ? static_cast<A>(element(b, c)) : A(0);
-        out[static_cast<size_t>(r * C_ + c)] =
-            stored<S>((row[static_cast<size_t>(c)] - mean) * rstd * static_cast<A>(element(w, c)) + beta);
+        const size_t i = static_cast<size_t>(r * C_ + c);
+        sum += rows[i] = stored<S>(h_[i]);
       }
+      const A mu = sum / static_cast<A>(C_);
+      for (int64_t c = 0; c < C_; ++c)
+        var += (rows[static_cast<size_t>(r * C_ + c)] - mu) * (rows[static_cast<size_t>(r * C_ + c)] - mu);
+      mean[static_cast<size_t>(r)] = mu;
+      rstd[static_cast<size_t>(r)] = static_cast<A>(1) / std::sqrt(var / static_cast<A>(C_) + static_cast<A>(eps_));
     }
+    const std::vector<A> products = linear(rows, f.weight, Tensor(), false);
+    const A* colsum = f.colsum.data<A>();
+    const A* shift = f.shift.data<A>();
+    std::vector<A> out(products.size());
+    for (int64_t r = 0; r < B_; ++r)
+      for (int64_t n = 0; n < N; ++n) {
+        const size_t i = static_cast<size_t>(r * N + n);
+        const A v = rstd[static_cast<size_t>(r)] * (products[i] - mean[static_cast<size_t>(r)] * colsum[n]) + shift[n];
+        out[i] = gelu ? stored<S>(gelu_tanh(v)) : v;
+      }
     return out;
   }
 

@@ -9,7 +9,7 @@
 // in ~100 launches against ~0.1 ms of memory traffic. Here one CTA per multiprocessor runs every block of the model
 // as five phases, each opened by a grid-wide barrier:
 //
-//   1. LN1 of the residual rows, staged as bf16 in shared memory, times the q|k|v weight (+ bias) -> qkv
+//   1. LN1 of the residual rows times the q|k|v weight (+ bias) -> qkv
 //   2. the cache attention of every (row, head): append the new key and value, attend over the row's positions
 //   3. the attention output times the projection (+ bias), added to the residual (each column has one owner CTA)
 //   4. LN2 of the residual, times the MLP's first weight (+ bias), GELU -> hidden
@@ -22,6 +22,12 @@
 // The residual stream stays in float32 in global memory for the whole step (the per-op path rounds it to bf16 after
 // every addition; this one rounds once, at the end), beside a bf16 copy that the norms read (half the bytes to stage,
 // and the values the per-op path's norms see).
+//
+// The LayerNorms are folded into the products after them (NormedLinear: the norm's weight in the product's weight,
+// its bias in a shift), so phases 1 and 4 stage the bf16 residual rows as a plain copy and apply each row's mean and
+// 1/std in the epilogue. Those come from the phase that wrote the residual: each owner of 8 columns of a row writes
+// their sum and their squared deviations from their own mean, and the reader merges a row's C / 8 pairs (the exact
+// two-pass variance, by Chan's formula). Norming every row in every CTA cost 6 us a phase at 32 rows.
 //
 // Products (phases 1, 3, 4, 5): the CTA owns whole columns (groups of 8 outputs, the n of an mma.sync m16n8k16) and
 // all rows; its 8 warps split the reduction (K) into 8 slices and add their sums through shared memory. Inside a
@@ -60,16 +66,14 @@ template <int kRows>
 constexpr int kMaxRowFloat4 = kRows == 32 ? 6 : 8;
 
 struct LayerPointers {
-  const void* ln1_w;
-  const void* ln1_b;
-  const bf16* qkv_w;
-  const bf16* qkv_b;
+  const bf16* qkv_w;  // LN1 folded in (NormedLinear)
+  const float* qkv_colsum;
+  const float* qkv_shift;
   const bf16* proj_w;
   const bf16* proj_b;
-  const void* ln2_w;
-  const void* ln2_b;
-  const bf16* fc_w;
-  const bf16* fc_b;
+  const bf16* fc_w;  // LN2 folded in
+  const float* fc_colsum;
+  const float* fc_shift;
   const bf16* out_w;
   const bf16* out_b;
   bf16* k_cache;  // [B, H, cap, kHead]
@@ -87,7 +91,6 @@ struct Step {
   const int32_t* starts;
   int B, C, H, cap;
   float eps;
-  bool norm_f32;
 };
 
 struct Args {
@@ -96,7 +99,10 @@ struct Args {
   Step step;
   const bf16* x_in;  // [B, C]
   bf16* x_out;       // [B, C]
-  bool carried;      // h holds the residual of the launch before (layers past kDecodeLayersPerLaunch): x_in is not read
+  // [B, C / 8] for LN1 and LN2: the sum of each 8 columns of h16 and their squared deviations from their mean
+  float2* ln1_parts;
+  float2* ln2_parts;
+  bool carried;  // h holds the residual of the launch before (layers past kDecodeLayersPerLaunch): x_in is not read
   unsigned* barrier;
   unsigned long long* timeline;  // null, or a time stamp per barrier (CTA 0)
 };
@@ -184,86 +190,6 @@ __device__ __forceinline__ void issue_row_copies(void* dst, int dst_stride, cons
   }
 }
 
-__device__ __forceinline__ void copy_rows(void* dst, int dst_stride, const void* src, int src_stride, int rows,
-                                          int live, int chunks) {
-  issue_row_copies(dst, dst_stride, src, src_stride, rows, live, chunks);
-  ptx::cp_async_commit();
-  ptx::cp_async_wait<0>();
-}
-
-// Four bf16 in shared memory (8-byte aligned) as floats.
-__device__ __forceinline__ float4 bf16x4(const bf16* p) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
-  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
-  return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
-}
-
-// LayerNorm of the residual rows: the bf16 rows and the norm's weight and bias copied into shared memory past the
-// staged rows, every copy in flight at once (loading the weight and bias into registers made a chain of dependent
-// loads, one round trip each), then each warp norms rows warp, warp + kWarps, ... from there and stores them as bf16.
-template <int kRows>
-__device__ void stage_normed(const Step& a, const void* w, const void* b, bf16* rows) {
-  constexpr int kVecs = kMaxRowFloat4<kRows>;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, C = a.C, lda = C + kPad, vecs = C / 128;
-  bf16* raw = rows + kRows * lda;
-  unsigned char* params = reinterpret_cast<unsigned char*>(raw + a.B * C);  // weight, then bias: C values each
-  const int param_bytes = C * (a.norm_f32 ? 4 : 2);
-  issue_row_copies(raw, C * 2, a.h16, C * 2, a.B, a.B, C / 8);
-  for (int i = threadIdx.x; i < 2 * param_bytes / 16; i += kThreads) {
-    const bool bias = i >= param_bytes / 16;
-    const void* from = bias ? b : w;
-    const int offset = 16 * (bias ? i - param_bytes / 16 : i);
-    ptx::cp_async16(ptx::smem_addr(params + 16 * i), static_cast<const char*>(from == nullptr ? w : from) + offset,
-                    from != nullptr);
-  }
-  ptx::cp_async_commit();
-  ptx::cp_async_wait<0>();
-  __syncthreads();
-  const auto param4 = [&](int which, int c) {  // elements c..c+3 of the weight (0) or the bias (1)
-    if (a.norm_f32) return *reinterpret_cast<const float4*>(params + which * param_bytes + 4 * c);
-    return bf16x4(reinterpret_cast<const bf16*>(params + which * param_bytes) + c);
-  };
-#pragma unroll 1
-  for (int r = warp; r < kRows; r += kWarps) {
-    bf16* dst = rows + r * lda;
-    if (r >= a.B) {  // the same for the whole warp
-      for (int c = lane * 8; c < C; c += 256) *reinterpret_cast<uint4*>(dst + c) = make_uint4(0, 0, 0, 0);
-      continue;
-    }
-    float4 v[kVecs];
-    float sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < kVecs; ++i) {
-      v[i] = i < vecs ? bf16x4(raw + r * C + 4 * lane + 128 * i) : make_float4(0, 0, 0, 0);
-      sum += (v[i].x + v[i].y) + (v[i].z + v[i].w);
-    }
-    const float mean = warp_sum(sum) / static_cast<float>(C);
-    float sq = 0.f;
-#pragma unroll
-    for (int i = 0; i < kVecs; ++i)
-      if (i < vecs) {
-        const float dx = v[i].x - mean, dy = v[i].y - mean, dz = v[i].z - mean, dw = v[i].w - mean;
-        sq += (dx * dx + dy * dy) + (dz * dz + dw * dw);
-      }
-    const float rstd = rsqrtf(warp_sum(sq) / static_cast<float>(C) + a.eps);
-#pragma unroll
-    for (int i = 0; i < kVecs; ++i)
-      if (i < vecs) {
-        const int c = 4 * lane + 128 * i;
-        const float4 x = v[i], g = param4(0, c), be = param4(1, c);
-        *reinterpret_cast<uint2*>(dst + c) =
-            make_uint2(ptx::pack_bf16((x.x - mean) * rstd * g.x + be.x, (x.y - mean) * rstd * g.y + be.y),
-                       ptx::pack_bf16((x.z - mean) * rstd * g.z + be.z, (x.w - mean) * rstd * g.w + be.w));
-      }
-  }
-}
-
-template <int kRows>
-__device__ void stage_copy(const bf16* src, int B, int K, bf16* rows) {
-  copy_rows(rows, (K + kPad) * 2, src, K * 2, kRows, B, K / 8);
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // One product phase: out columns [8 u0, 8 u0 + 8 units) of rows x W^T, W [N, K], the staged rows in shared memory.
 //
@@ -275,7 +201,11 @@ enum class Epilogue { Store, Residual, Gelu };
 
 struct Product {
   const bf16* w;
-  const bf16* bias;
+  const bf16* bias;     // plain products (may be null)
+  const float* colsum;  // folded products (NormedLinear; stats_in set): the sums of W' and the shift
+  const float* shift;
+  const float2* stats_in;  // folded products: the residual's per-8-column pairs, [B, C / 8]
+  float2* stats_out;       // Residual: where this phase's pairs go, for the next norm
   int K, N;
   Epilogue epilogue;
   bf16* out;  // Store / Gelu: [B, N]
@@ -285,9 +215,32 @@ constexpr int kMaxSlots = 4;
 constexpr int kMaxChunks = 4;   // 32-wide pieces of a warp's eighth of C (C <= 1024)
 constexpr int kMaxOutputs = 4;  // outputs a thread finishes in a pass: 32 rows x 32 columns over kThreads
 
+// A pass's weights, in registers.
 struct WeightTile {
   uint4 w[kMaxSlots][kMaxChunks];
 };
+
+// A pass's per-column constants (the fold's shift and column sums, or the bias), in shared memory past the staged rows
+// and the row statistics. Copied asynchronously, so the registers stay with the weights.
+struct ColumnConstants {
+  float shift[kMaxSlots * 8], colsum[kMaxSlots * 8];
+  bf16 bias[kMaxSlots * 8];
+};
+
+// Issued by warp 1 (warp 0's release at the barrier must not wait on copies); waited for with the staged rows.
+__device__ void load_constants(const Product& p, int u0, int units, ColumnConstants& c) {
+  const int i = threadIdx.x - 32, cols = units * 8;
+  if (i < 0 || i >= 32) return;
+  if (p.stats_in != nullptr) {
+    if (i < cols / 4)
+      ptx::cp_async16(ptx::smem_addr(c.shift + 4 * i), p.shift + 8 * u0 + 4 * i, true);
+    else if (i < cols / 2)
+      ptx::cp_async16(ptx::smem_addr(c.colsum + 4 * (i - cols / 4)), p.colsum + 8 * u0 + 4 * (i - cols / 4), true);
+  } else if (p.bias != nullptr && i < cols / 8) {
+    ptx::cp_async16(ptx::smem_addr(c.bias + 8 * i), p.bias + 8 * u0 + 8 * i, true);
+  }
+  ptx::cp_async_commit();
+}
 
 template <int kSplits>
 __device__ void load_weights(const Product& p, int C, int u0, int units, WeightTile& t) {
@@ -305,9 +258,24 @@ __device__ void load_weights(const Product& p, int C, int u0, int units, WeightT
   }
 }
 
+// The 8 lanes of an output group (8 columns of one row) reduce their values to the group's sum and squared deviations
+// from its mean. Every lane of the warp takes part.
+__device__ __forceinline__ float2 group_pair(float x) {
+  float sum = x;
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+  const float d = x - sum * 0.125f;
+  float m2 = d * d;
+  m2 += __shfl_xor_sync(0xffffffffu, m2, 1);
+  m2 += __shfl_xor_sync(0xffffffffu, m2, 2);
+  m2 += __shfl_xor_sync(0xffffffffu, m2, 4);
+  return make_float2(sum, m2);
+}
+
 template <int kRows, int kSplits>
-__device__ void multiply(const Step& a, const Product& p, const bf16* rows, float* sums, int u0, int units,
-                         const WeightTile& t) {
+__device__ void multiply(const Step& a, const Product& p, const bf16* rows, float* sums, const float2* stats,
+                         const ColumnConstants& consts, int u0, int units, const WeightTile& t) {
   constexpr int kMT = kRows / 16, kUnits = kMaxSlots / kSplits;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t4 = lane % 4, C = a.C;
   const int lda = p.K + kPad, chunks = C / 256, cols = units * 8;
@@ -356,45 +324,81 @@ __device__ void multiply(const Step& a, const Product& p, const bf16* rows, floa
         at[8 * cols] = acc[u][m][2];
         at[8 * cols + 1] = acc[u][m][3];
       }
+  ptx::cp_async_wait<0>();  // the column constants of a pass after the first
   __syncthreads();
 #pragma unroll
   for (int k = 0; k < kMaxOutputs; ++k) {
     const int i = threadIdx.x + k * kThreads;
-    if (i >= a.B * cols) break;
-    const int r = i / cols, col = i - r * cols, n = 8 * u0 + col;
-    float v = p.bias != nullptr ? __bfloat162float(p.bias[n]) : 0.f;
+    if (i - lane >= a.B * cols) break;  // the same for the whole warp (its shuffles below need every lane)
+    const bool live = i < a.B * cols;   // whole groups of 8 lanes: cols is a multiple of 8
+    const int r = live ? i / cols : 0, col = i - r * cols, n = 8 * u0 + col;
+    float v = 0.f;
+    if (live)
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) v += sums[(w * kRows + r) * cols + col];
+      for (int w = 0; w < kWarps; ++w) v += sums[(w * kRows + r) * cols + col];
+    if (p.stats_in != nullptr)
+      v = stats[r].y * (v - stats[r].x * consts.colsum[col]) + consts.shift[col];
+    else if (p.bias != nullptr)
+      v += __bfloat162float(consts.bias[col]);
     const int64_t at = static_cast<int64_t>(r) * p.N + n;
     switch (p.epilogue) {
       case Epilogue::Store:
-        p.out[at] = __float2bfloat16(v);
+        if (live) p.out[at] = __float2bfloat16(v);
         break;
       case Epilogue::Gelu:
-        p.out[at] = __float2bfloat16(gelu_tanh(v));
+        if (live) p.out[at] = __float2bfloat16(gelu_tanh(v));
         break;
-      case Epilogue::Residual:
-        // This CTA alone owns column n in this phase.
-        __stcg(a.h + at, residual[k] + v);
-        a.h16[at] = __float2bfloat16(residual[k] + v);
+      case Epilogue::Residual: {
+        // This CTA alone owns column n in this phase; its groups of 8 columns give the next norm its pairs.
+        const float sum = residual[k] + v;
+        const bf16 stored = __float2bfloat16(sum);
+        const float2 pair = group_pair(live ? __bfloat162float(stored) : 0.f);
+        if (live) {
+          __stcg(a.h + at, sum);
+          a.h16[at] = stored;
+          if (col % 8 == 0) p.stats_out[r * (p.N / 8) + n / 8] = pair;
+        }
         break;
+      }
     }
   }
   __syncthreads();
 }
 
-// How a product's rows are staged: the LayerNorm of the residual (norm weight and bias), or a copy of `src`.
-struct Staging {
-  const void* norm_w;
-  const void* norm_b;
-  const bf16* src;  // null: the norm
-};
+// Each row's mean and 1/std from the C / 8 pairs (sum, squared deviations) of its columns' owners, into `stats`:
+// warp w merges rows w, w + kWarps, ...; with C a multiple of 256 each lane holds C / 256 pairs of a row.
+template <int kRows>
+__device__ void row_stats(const Step& a, const float2* parts, float2* stats) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, units = a.C / 8, per_lane = a.C / 256;
+  const float inv = 1.f / static_cast<float>(a.C);
+#pragma unroll 1
+  for (int r = warp; r < kRows; r += kWarps) {
+    float2 v[kMaxChunks];
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c)
+      v[c] = r < a.B && c < per_lane ? __ldcg(parts + r * units + lane + 32 * c) : make_float2(0.f, 0.f);
+    float sum = 0.f;
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c) sum += v[c].x;
+    const float mean = warp_sum(sum) * inv;
+    float m2 = 0.f;
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c)
+      if (c < per_lane) {
+        const float d = v[c].x * 0.125f - mean;
+        m2 += v[c].y + 8.f * d * d;
+      }
+    m2 = warp_sum(m2);
+    if (lane == 0) stats[r] = make_float2(mean, rsqrtf(m2 * inv + a.eps));
+  }
+}
 
 // The CTA's columns of one product: the first pass's weights loaded, the grid barrier (the rows are then written),
-// the rows staged, then the passes. Not inlined, as the attention phase: each phase gets the registers on its own
-// instead of the whole layer's code competing for them in one allocation.
+// the rows staged (the residual rows as stored for a folded norm, with their means and 1/std), then the passes. Not
+// inlined, as the attention phase: each phase gets the registers on its own instead of the whole layer's code
+// competing for them in one allocation.
 template <int kRows, int kSplits>
-__device__ __noinline__ void product_phase(const Step a, const Product p, const Staging stage, bf16* rows,
+__device__ __noinline__ void product_phase(const Step a, const Product p, const bf16* src, bf16* rows,
                                            GridBarrier& barrier) {
   constexpr int kUnits = kMaxSlots / kSplits;
   const int2 mine = share(p.N / 8, blockIdx.x, gridDim.x);
@@ -402,23 +406,29 @@ __device__ __noinline__ void product_phase(const Step a, const Product p, const 
   WeightTile t;
   // Warp 0 loads its weights after the barrier: its thread 0 arrives with a release, which would wait for them.
   const bool first_warp = threadIdx.x < 32;
-  if (units > 0 && !first_warp) load_weights<kSplits>(p, a.C, u0, units, t);
+  float* sums = reinterpret_cast<float*>(rows + kRows * (p.K + kPad));
+  float2* stats = reinterpret_cast<float2*>(sums + kWarps * kRows * kMaxSlots * 8);
+  ColumnConstants& consts = *reinterpret_cast<ColumnConstants*>(stats + kRows);
+  if (units > 0 && !first_warp) {
+    load_weights<kSplits>(p, a.C, u0, units, t);
+    load_constants(p, u0, units, consts);
+  }
   barrier.sync();
   if (units <= 0) return;
   if (first_warp) load_weights<kSplits>(p, a.C, u0, units, t);
-  if (stage.src == nullptr)
-    stage_normed<kRows>(a, stage.norm_w, stage.norm_b, rows);
-  else
-    stage_copy<kRows>(stage.src, a.B, p.K, rows);
+  issue_row_copies(rows, (p.K + kPad) * 2, src, p.K * 2, kRows, a.B, p.K / 8);
+  ptx::cp_async_commit();
+  if (p.stats_in != nullptr) row_stats<kRows>(a, p.stats_in, stats);
+  ptx::cp_async_wait<0>();
   __syncthreads();
   barrier.mark(0);
-  float* sums = reinterpret_cast<float*>(rows + kRows * (p.K + kPad));
   for (;;) {
-    multiply<kRows, kSplits>(a, p, rows, sums, u0, units, t);
+    multiply<kRows, kSplits>(a, p, rows, sums, stats, consts, u0, units, t);
     u0 += units;
     if (u0 >= mine.y) break;
     units = min(kUnits, mine.y - u0);
     load_weights<kSplits>(p, a.C, u0, units, t);
+    load_constants(p, u0, units, consts);
   }
   barrier.mark(1);
 }
@@ -427,32 +437,74 @@ __device__ __noinline__ void product_phase(const Step a, const Product p, const 
 // The cache attention. A CTA takes its (row, head) items kWarps at a time, all at once: warp w works for item
 // w % n of the n, with the other warps of that item splitting its keys. Lanes form groups of 8, a group reads one key
 // of 64 bf16 (a 16-byte vector a lane), kKeyUnroll keys in flight a group; online softmax per group, merged over the
-// warp by shuffles and over the item's warps in shared memory.
+// warp by shuffles and over the item's warps in shared memory. The cached keys and values do not depend on the step:
+// the first batch of them is loaded before the grid barrier that opens the phase, as the products' weights are.
 
 struct AttendScratch {
   float m[kWarps], l[kWarps];
   float acc[kWarps][kHead];
 };
 
-__device__ __noinline__ void attention_phase(const Step a, const LayerPointers L, AttendScratch& s) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = lane / 8, gl = lane % 8;
+// One round's item for this warp: which (row, head), where its keys are, and how the item's warps split them.
+struct AttendItem {
+  int n, rank, team, b, h, start, seen;
+  int64_t head;  // the item's first cached element
+  __device__ AttendItem(const Step& a, int first) {
+    const int warp = threadIdx.x / 32, G = gridDim.x;
+    n = min(kWarps, (a.B * a.H - first + G - 1) / G);  // items this round
+    const int mine = warp % n;
+    rank = warp / n;
+    team = (kWarps - mine + n - 1) / n;  // warps on item `mine`
+    const int item = first + mine * G;
+    b = item / a.H;
+    h = item - b * a.H;
+    start = a.starts[b];
+    seen = min(start + 1, a.cap);
+    head = (static_cast<int64_t>(b) * a.H + h) * a.cap * kHead;
+  }
+  __device__ int first_key() const { return rank * 4 + threadIdx.x % 32 / 8; }
+  __device__ int stride() const { return team * 4; }  // keys the item's warps cover in one unroll step
+};
+
+// The cached keys and values (positions before `start`) of one unroll step from `base`.
+__device__ __forceinline__ void load_cached(const LayerPointers& L, const AttendItem& it, int base,
+                                            uint4 (&kv)[kKeyUnroll], uint4 (&vv)[kKeyUnroll]) {
+  const int gl = threadIdx.x % 8;
+#pragma unroll
+  for (int u = 0; u < kKeyUnroll; ++u) {
+    const int j = base + u * it.stride();
+    if (j < it.start) {
+      const int64_t at = it.head + static_cast<int64_t>(j) * kHead + 8 * gl;
+      kv[u] = __ldg(reinterpret_cast<const uint4*>(L.k_cache + at));
+      vv[u] = __ldg(reinterpret_cast<const uint4*>(L.v_cache + at));
+    }
+  }
+}
+
+__device__ __noinline__ void attention_phase(const Step a, const LayerPointers L, AttendScratch& s,
+                                             GridBarrier& barrier) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gl = lane % 8;
   const int C = a.C, H = a.H, items = a.B * H, G = gridDim.x;
   constexpr float kLog2e = 1.4426950408889634f;
   const float scale = rsqrtf(static_cast<float>(kHead)) * kLog2e;
+  uint4 kv[kKeyUnroll], vv[kKeyUnroll];
+  // Warp 0 loads after the barrier, as in product_phase.
+  const bool early = blockIdx.x < items && warp > 0;
+  if (early) {
+    const AttendItem it(a, blockIdx.x);
+    load_cached(L, it, it.first_key(), kv, vv);
+  }
+  barrier.sync();
   for (int first = blockIdx.x; first < items; first += kWarps * G) {
-    const int n = min(kWarps, (items - first + G - 1) / G);                          // items this round
-    const int mine = warp % n, rank = warp / n, team = (kWarps - mine + n - 1) / n;  // warps on item `mine`
-    const int item = first + mine * G;
-    const int b = item / H, h = item - b * H;
-    const int start = a.starts[b], seen = min(start + 1, a.cap);
-    const int64_t head = (static_cast<int64_t>(b) * H + h) * a.cap * kHead;
+    const AttendItem it(a, first);
+    const int n = it.n, rank = it.rank, b = it.b, h = it.h, start = it.start, seen = it.seen, stride = it.stride();
     const bf16* q_row = a.qkv + static_cast<int64_t>(b) * 3 * C + h * kHead;
     const bf16* k_new = q_row + C;
     const bf16* v_new = q_row + 2 * C;
     if (start < a.cap && rank == 0 && lane < 16) {  // the append, by the item's first warp
       const int part = lane % 8;
       const bf16* from = lane < 8 ? k_new : v_new;
-      bf16* to = (lane < 8 ? L.k_cache : L.v_cache) + head + static_cast<int64_t>(start) * kHead;
+      bf16* to = (lane < 8 ? L.k_cache : L.v_cache) + it.head + static_cast<int64_t>(start) * kHead;
       *reinterpret_cast<uint4*>(to + 8 * part) = load_shared_rows(from + 8 * part);
     }
     float q[8];
@@ -463,23 +515,21 @@ __device__ __noinline__ void attention_phase(const Step a, const LayerPointers L
       for (int i = 0; i < 8; ++i) q[i] = __bfloat162float(e[i]) * scale;
     }
     float m = -INFINITY, l = 0.f, acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    const bf16* keys = L.k_cache + head;
-    const bf16* values = L.v_cache + head;
-    const int stride = team * 4;  // keys the item's warps cover in one unroll step
-    for (int base = rank * 4 + group; base - group - rank * 4 < seen; base += stride * kKeyUnroll) {
-      uint4 kv[kKeyUnroll], vv[kKeyUnroll];
+    bool loaded = early && first == blockIdx.x;
+    for (int base = it.first_key(); base - it.first_key() < seen; base += stride * kKeyUnroll) {
+      if (!loaded) load_cached(L, it, base, kv, vv);
+      loaded = false;
 #pragma unroll
       for (int u = 0; u < kKeyUnroll; ++u) {
         const int j = base + u * stride;
-        if (j < start) {
-          kv[u] = __ldg(reinterpret_cast<const uint4*>(keys + static_cast<int64_t>(j) * kHead + 8 * gl));
-          vv[u] = __ldg(reinterpret_cast<const uint4*>(values + static_cast<int64_t>(j) * kHead + 8 * gl));
-        } else if (j < seen) {
-          kv[u] = load_shared_rows(k_new + 8 * gl);
-          vv[u] = load_shared_rows(v_new + 8 * gl);
-        } else {
-          kv[u] = make_uint4(0, 0, 0, 0);
-          vv[u] = kv[u];
+        if (j >= start) {  // the new key (this step's q|k|v), or past the row's positions
+          if (j < seen) {
+            kv[u] = load_shared_rows(k_new + 8 * gl);
+            vv[u] = load_shared_rows(v_new + 8 * gl);
+          } else {
+            kv[u] = make_uint4(0, 0, 0, 0);
+            vv[u] = kv[u];
+          }
         }
       }
 #pragma unroll
@@ -543,24 +593,44 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __
   const Step st = a.step;
   const int C = st.C;
   const int64_t n = static_cast<int64_t>(st.B) * C;
-  if (!a.carried)
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
-         i += static_cast<int64_t>(gridDim.x) * kThreads)
-      st.h[i] = __bfloat162float(a.x_in[i]), st.h16[i] = a.x_in[i];
+  if (!a.carried) {
+    // The input rows into the residual, with LN1's pairs of every 8 columns (a launch that carries the residual
+    // of the one before finds that launch's pairs in place).
+    const int units = C / 8;
+    for (int i = blockIdx.x * kThreads + threadIdx.x; i < st.B * units; i += gridDim.x * kThreads) {
+      const int64_t at = static_cast<int64_t>(i) * 8;
+      const uint4 raw = *reinterpret_cast<const uint4*>(a.x_in + at);
+      const bf16* e = reinterpret_cast<const bf16*>(&raw);
+      float v[8], sum = 0.f, m2 = 0.f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) sum += v[k] = __bfloat162float(e[k]);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) m2 += (v[k] - sum * 0.125f) * (v[k] - sum * 0.125f);
+      *reinterpret_cast<float4*>(st.h + at) = make_float4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<float4*>(st.h + at + 4) = make_float4(v[4], v[5], v[6], v[7]);
+      *reinterpret_cast<uint4*>(st.h16 + at) = raw;
+      a.ln1_parts[i] = make_float2(sum, m2);
+    }
+  }
   for (int l = 0; l < a.layers; ++l) {
     const LayerPointers& L = a.layer[l];
     // Each product phase opens with the grid barrier after the phase before (its rows are then written).
-    product_phase<kRows, 1>(st, Product{L.qkv_w, L.qkv_b, C, 3 * C, Epilogue::Store, st.qkv},
-                            Staging{L.ln1_w, L.ln1_b, nullptr}, rows, barrier);
-    barrier.sync();
-    attention_phase(st, L, scratch);
+    product_phase<kRows, 1>(
+        st,
+        Product{L.qkv_w, nullptr, L.qkv_colsum, L.qkv_shift, a.ln1_parts, nullptr, C, 3 * C, Epilogue::Store, st.qkv},
+        st.h16, rows, barrier);
+    attention_phase(st, L, scratch, barrier);
     barrier.mark(1);
-    product_phase<kRows, 1>(st, Product{L.proj_w, L.proj_b, C, C, Epilogue::Residual, nullptr},
-                            Staging{nullptr, nullptr, st.attn}, rows, barrier);
-    product_phase<kRows, 1>(st, Product{L.fc_w, L.fc_b, C, 4 * C, Epilogue::Gelu, st.hidden},
-                            Staging{L.ln2_w, L.ln2_b, nullptr}, rows, barrier);
-    product_phase<kRows, 4>(st, Product{L.out_w, L.out_b, 4 * C, C, Epilogue::Residual, nullptr},
-                            Staging{nullptr, nullptr, st.hidden}, rows, barrier);
+    product_phase<kRows, 1>(
+        st, Product{L.proj_w, L.proj_b, nullptr, nullptr, nullptr, a.ln2_parts, C, C, Epilogue::Residual, nullptr},
+        st.attn, rows, barrier);
+    product_phase<kRows, 1>(
+        st,
+        Product{L.fc_w, nullptr, L.fc_colsum, L.fc_shift, a.ln2_parts, nullptr, C, 4 * C, Epilogue::Gelu, st.hidden},
+        st.h16, rows, barrier);
+    product_phase<kRows, 4>(
+        st, Product{L.out_w, L.out_b, nullptr, nullptr, nullptr, a.ln1_parts, 4 * C, C, Epilogue::Residual, nullptr},
+        st.hidden, rows, barrier);
   }
   barrier.sync();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
@@ -575,7 +645,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __
 size_t shared_bytes(int rows, int64_t C) {
   const size_t staged = static_cast<size_t>(rows) * static_cast<size_t>(4 * C + kPad) * sizeof(bf16);
   const size_t sums = static_cast<size_t>(kWarps) * rows * kMaxSlots * 8 * sizeof(float);
-  return std::max(staged + sums, sizeof(AttendScratch));
+  const size_t stats = static_cast<size_t>(rows) * sizeof(float2);
+  return std::max(staged + sums + stats + sizeof(ColumnConstants), sizeof(AttendScratch));
 }
 
 int padded_rows(int64_t rows) {
@@ -652,6 +723,8 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
                        float eps, Tensor& out) {
   rc::DeviceGuard guard(device_of(x, "gpt_decode_layers"));
   const int64_t B = x.size(0), C = x.size(1);
+  check(aligned16(x.raw_data()),
+        "gpt_decode_layers (CUDA): x {} must start on a 16-byte boundary (a fresh tensor does)", x.describe());
   const int rows = padded_rows(B);
   const size_t shared = shared_bytes(rows, C);
   const auto kernel = rows == 16 ? &gpt_decode_layers_kernel<16> : &gpt_decode_layers_kernel<32>;
@@ -661,13 +734,15 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
   blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, shared, rows == 16 ? facts16 : facts32);
   const int grid = sm_count();
 
-  // The workspace: the residual rows (f32), q|k|v, the attention output, the MLP's hidden rows and the residual rows
-  // rounded (bf16), and the barrier's counter.
-  Tensor workspace = Tensor::empty({B * C + B * 9 * C / 2 + 4}, DType::F32, x.device());  // in 4-byte words
+  // The workspace: the residual rows (f32), the two norms' pairs (C / 8 float2 a row each), q|k|v, the attention
+  // output, the MLP's hidden rows and the residual rows rounded (bf16), and the barrier's counter.
+  Tensor workspace = Tensor::empty({B * C + B * C / 2 + B * 9 * C / 2 + 4}, DType::F32, x.device());  // in 4-byte words
   char* base = static_cast<char*>(workspace.raw_data());
   Args a{};
   a.step.h = reinterpret_cast<float*>(base);
-  a.step.qkv = reinterpret_cast<bf16*>(base + B * C * 4);
+  a.ln1_parts = reinterpret_cast<float2*>(base + B * C * 4);
+  a.ln2_parts = a.ln1_parts + B * C / 8;
+  a.step.qkv = reinterpret_cast<bf16*>(a.ln2_parts + B * C / 8);
   a.step.attn = a.step.qkv + B * 3 * C;
   a.step.hidden = a.step.attn + B * C;
   a.step.h16 = a.step.hidden + B * 4 * C;
@@ -680,25 +755,22 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
   a.step.H = n_head;
   a.step.cap = static_cast<int>(layers.front().k_cache.size(2));
   a.step.eps = eps;
-  a.step.norm_f32 = layers.front().ln1_weight.dtype() == DType::F32;
 
   PhaseProfile* profile = profiling() && !rc::stream_capturing() ? &PhaseProfile::get() : nullptr;
   constexpr int kStamps = kMarkBase + 2 * kMarkBase;
   if (profile != nullptr && profile->device == nullptr)
     RETORT_CUDA_CHECK(cudaMalloc(&profile->device, sizeof(unsigned long long) * kStamps));
 
-  const auto pointer = [](const Tensor& t) -> const void* { return t.defined() ? t.raw_data() : nullptr; };
   const auto weights = [](const Tensor& t) -> const bf16* { return t.defined() ? t.data<bf16>() : nullptr; };
   for (size_t first = 0; first < layers.size(); first += kDecodeLayersPerLaunch) {
     const size_t count = std::min(layers.size() - first, static_cast<size_t>(kDecodeLayersPerLaunch));
     a.layers = static_cast<int>(count);
     for (size_t i = 0; i < count; ++i) {
       const GptDecodeLayer& l = layers[first + i];
-      a.layer[i] =
-          LayerPointers{pointer(l.ln1_weight),  pointer(l.ln1_bias),   weights(l.qkv_weight), weights(l.qkv_bias),
-                        weights(l.proj_weight), weights(l.proj_bias),  pointer(l.ln2_weight), pointer(l.ln2_bias),
-                        weights(l.fc_weight),   weights(l.fc_bias),    weights(l.out_weight), weights(l.out_bias),
-                        l.k_cache.data<bf16>(), l.v_cache.data<bf16>()};
+      a.layer[i] = LayerPointers{l.qkv.weight.data<bf16>(), l.qkv.colsum.data<float>(), l.qkv.shift.data<float>(),
+                                 weights(l.proj_weight),    weights(l.proj_bias),       l.fc.weight.data<bf16>(),
+                                 l.fc.colsum.data<float>(), l.fc.shift.data<float>(),   weights(l.out_weight),
+                                 weights(l.out_bias),       l.k_cache.data<bf16>(),     l.v_cache.data<bf16>()};
     }
     // Launches after the first go on from the float32 residual the one before left in the workspace.
     a.carried = first > 0;

@@ -1,10 +1,11 @@
 // gpt_decode_layers (core/kernels/decode_kernels.h): GPT's blocks for one new position a row, against their math
 // written here in float64. The reference rounds where the kernel is specified to round (the residual as the norms read
-// it, the normed rows, q|k|v, the attention output, the MLP's hidden rows, the result) and keeps the residual itself
-// unrounded, so the comparison measures
-// the order of the float32 sums alone. Rows start at different positions of their cache (0, the middle, the last
-// position, and past the end: that row attends over the full cache and appends nothing); the appended keys and values
-// are checked, and every other cache position is checked untouched.
+// it, the norm's weight folded into the product's, q|k|v, the attention output, the MLP's hidden rows, the result) and
+// keeps the residual itself unrounded, so the comparison measures the order of the float32 sums alone.
+// fold_norm_into_linear, which makes the kernel's folded products, is checked on its own against the same math. Rows
+// start at different positions of their cache (0, the middle, the last position, and past the end: that row attends
+// over the full cache and appends nothing); the appended keys and values are checked, and every other cache position is
+// checked untouched.
 //   CPU: f64 storage (to 1e-12), f32, and bf16 with the norm's weight in f32.
 //   GPU (skipped without one): bf16 at 1, 5, 16, 17 and 32 rows (the two row tiles of the kernel), GPT-2 small's
 //   width and heads, a model without biases, and 17 layers (two launches of at most 16).
@@ -97,20 +98,28 @@ std::vector<double> reference(const Shape4& s, DType dtype, Problem& p) {
   const int64_t B = s.B, C = s.C, H = s.H, D = C / H, cap = s.cap;
   const auto r = [&](double v) { return round_to(dtype, v); };
   std::vector<double> h = p.x;
-  // LayerNorm of the residual as stored (rounded), rounded.
-  const auto normed = [&](const std::vector<double>& w, const std::vector<double>& b) {
-    std::vector<double> out(static_cast<size_t>(B * C));
+  // LN(h) W^T + bias over the residual as stored (rounded), with the norm's weight folded into W and rounded there:
+  // sum_k round(W[n, k] gamma[k]) (h[k] - mean) rstd + bias[n] + sum_k W[n, k] beta[k]. Unrounded.
+  const auto normed_linear = [&](const std::vector<double>& gamma, const std::vector<double>& beta,
+                                 const std::vector<double>& w, const std::vector<double>& b, int64_t N) {
+    std::vector<double> out(static_cast<size_t>(B * N));
     const std::vector<double> h_stored = rounded_all(dtype, h);
     for (int64_t i = 0; i < B; ++i) {
+      const double* row = &h_stored[static_cast<size_t>(i * C)];
       double mean = 0, var = 0;
-      for (int64_t c = 0; c < C; ++c) mean += h_stored[static_cast<size_t>(i * C + c)];
+      for (int64_t c = 0; c < C; ++c) mean += row[c];
       mean /= static_cast<double>(C);
-      for (int64_t c = 0; c < C; ++c) var += std::pow(h_stored[static_cast<size_t>(i * C + c)] - mean, 2);
+      for (int64_t c = 0; c < C; ++c) var += std::pow(row[c] - mean, 2);
       const double rstd = 1.0 / std::sqrt(var / static_cast<double>(C) + 1e-5);
-      for (int64_t c = 0; c < C; ++c)
-        out[static_cast<size_t>(i * C + c)] =
-            r((h_stored[static_cast<size_t>(i * C + c)] - mean) * rstd * w[static_cast<size_t>(c)] +
-              b[static_cast<size_t>(c)]);
+      for (int64_t n = 0; n < N; ++n) {
+        double v = b.empty() ? 0.0 : b[static_cast<size_t>(n)];
+        for (int64_t k = 0; k < C; ++k) {
+          const double wk = w[static_cast<size_t>(n * C + k)];
+          v += r(wk * gamma[static_cast<size_t>(k)]) * (row[k] - mean) * rstd;
+          if (!beta.empty()) v += wk * beta[static_cast<size_t>(k)];
+        }
+        out[static_cast<size_t>(i * N + n)] = v;
+      }
     }
     return out;
   };
@@ -127,8 +136,7 @@ std::vector<double> reference(const Shape4& s, DType dtype, Problem& p) {
     return out;
   };
   for (LayerValues& L : p.layers) {
-    const std::vector<double> zeros_c(static_cast<size_t>(C), 0.0);
-    std::vector<double> qkv = linear(normed(L.ln1_w, L.ln1_b.empty() ? zeros_c : L.ln1_b), L.qkv_w, L.qkv_b, 3 * C, C);
+    std::vector<double> qkv = normed_linear(L.ln1_w, L.ln1_b, L.qkv_w, L.qkv_b, 3 * C);
     for (double& v : qkv) v = r(v);
     std::vector<double> attn(static_cast<size_t>(B * C));
     for (int64_t i = 0; i < B; ++i) {
@@ -160,7 +168,7 @@ std::vector<double> reference(const Shape4& s, DType dtype, Problem& p) {
     }
     const std::vector<double> proj = linear(attn, L.proj_w, L.proj_b, C, C);
     for (size_t i = 0; i < h.size(); ++i) h[i] += proj[i];
-    std::vector<double> hidden = linear(normed(L.ln2_w, L.ln2_b.empty() ? zeros_c : L.ln2_b), L.fc_w, L.fc_b, 4 * C, C);
+    std::vector<double> hidden = normed_linear(L.ln2_w, L.ln2_b, L.fc_w, L.fc_b, 4 * C);
     for (double& v : hidden) v = r(0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
     const std::vector<double> out = linear(hidden, L.out_w, L.out_b, C, 4 * C);
     for (size_t i = 0; i < h.size(); ++i) h[i] += out[i];
@@ -183,11 +191,13 @@ Errors run_case(const Shape4& s, DType dtype, Device device, uint32_t seed) {
     return v.empty() ? Tensor() : stored(v, shape, d, device);
   };
   for (const LayerValues& L : p.layers)
-    layers.push_back({t(L.ln1_w, {C}, norm_dtype), t(L.ln1_b, {C}, norm_dtype), t(L.qkv_w, {3 * C, C}, dtype),
-                      t(L.qkv_b, {3 * C}, dtype), t(L.proj_w, {C, C}, dtype), t(L.proj_b, {C}, dtype),
-                      t(L.ln2_w, {C}, norm_dtype), t(L.ln2_b, {C}, norm_dtype), t(L.fc_w, {4 * C, C}, dtype),
-                      t(L.fc_b, {4 * C}, dtype), t(L.out_w, {C, 4 * C}, dtype), t(L.out_b, {C}, dtype),
-                      t(L.k, cache_shape, dtype), t(L.v, cache_shape, dtype)});
+    layers.push_back({kernels::fold_norm_into_linear(t(L.ln1_w, {C}, norm_dtype), t(L.ln1_b, {C}, norm_dtype),
+                                                     t(L.qkv_w, {3 * C, C}, dtype), t(L.qkv_b, {3 * C}, dtype)),
+                      t(L.proj_w, {C, C}, dtype), t(L.proj_b, {C}, dtype),
+                      kernels::fold_norm_into_linear(t(L.ln2_w, {C}, norm_dtype), t(L.ln2_b, {C}, norm_dtype),
+                                                     t(L.fc_w, {4 * C, C}, dtype), t(L.fc_b, {4 * C}, dtype)),
+                      t(L.out_w, {C, 4 * C}, dtype), t(L.out_b, {C}, dtype), t(L.k, cache_shape, dtype),
+                      t(L.v, cache_shape, dtype)});
   const Tensor x = stored(p.x, {s.B, C}, dtype, device);
   const Tensor starts = Tensor::from_ints(p.starts, {s.B}, device);
   Tensor out = Tensor::full({s.B, C}, std::nan(""), dtype, device);
@@ -206,6 +216,54 @@ Errors run_case(const Shape4& s, DType dtype, Device device, uint32_t seed) {
 
 double tolerance(DType dtype) {
   return dtype == DType::F64 ? 1e-12 : dtype == DType::F32 ? 1e-5 : 2e-2;
+}
+
+// fold_norm_into_linear against its definition in float64: W' = round(W diag(gamma)), the sums of W' as stored, and
+// bias + W beta; with and without the biases, the norm's weight in f32 under a bf16 weight.
+void check_fold(Device device, DType dtype, DType norm_dtype, bool biases, uint32_t seed) {
+  const int64_t N = 24, K = 272;
+  const std::vector<double> gamma = rounded_all(norm_dtype, normal_values(K, seed, 0.5));
+  const std::vector<double> beta = rounded_all(norm_dtype, normal_values(K, seed + 1, 0.5));
+  const std::vector<double> w = rounded_all(dtype, normal_values(N * K, seed + 2, 1.0));
+  const std::vector<double> b = rounded_all(dtype, normal_values(N, seed + 3, 1.0));
+  const kernels::NormedLinear f = kernels::fold_norm_into_linear(
+      stored(gamma, {K}, norm_dtype, device), biases ? stored(beta, {K}, norm_dtype, device) : Tensor(),
+      stored(w, {N, K}, dtype, device), biases ? stored(b, {N}, dtype, device) : Tensor());
+  ASSERT_EQ(f.colsum.dtype(), dtype == DType::F64 ? DType::F64 : DType::F32);
+  const std::vector<double> folded = f.weight.to_doubles(), colsum = f.colsum.to_doubles(),
+                            shift = f.shift.to_doubles();
+  std::vector<double> want_w(static_cast<size_t>(N * K)), want_sum(static_cast<size_t>(N)),
+      want_shift(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    double sum = 0, moved = biases ? b[static_cast<size_t>(n)] : 0.0;
+    for (int64_t k = 0; k < K; ++k) {
+      const size_t i = static_cast<size_t>(n * K + k);
+      sum += want_w[i] = round_to(dtype, w[i] * gamma[static_cast<size_t>(k)]);
+      if (biases) moved += w[i] * beta[static_cast<size_t>(k)];
+    }
+    want_sum[static_cast<size_t>(n)] = sum;
+    want_shift[static_cast<size_t>(n)] = moved;
+  }
+  // Each folded element is one rounding of an exact product: equal to the reference's; the sums differ only by the
+  // order of float32 additions.
+  EXPECT_EQ(folded, want_w);
+  const double tol = dtype == DType::F64 ? 1e-12 : 1e-5;
+  EXPECT_LE(scaled_error(colsum, want_sum), tol);
+  EXPECT_LE(scaled_error(shift, want_shift), tol);
+}
+
+TEST(GptDecodeLayers, FoldNormIntoLinearMatchesItsDefinition) {
+  uint32_t seed = 300;
+  for (bool biases : {true, false}) {
+    SCOPED_TRACE(biases ? "biases" : "no biases");
+    check_fold(Device::cpu(), DType::F64, DType::F64, biases, seed += 4);
+    check_fold(Device::cpu(), DType::F32, DType::F32, biases, seed += 4);
+    check_fold(Device::cpu(), DType::BF16, DType::F32, biases, seed += 4);
+    if (!cuda_available()) continue;
+    check_fold(Device::cuda(0), DType::BF16, DType::BF16, biases, seed += 4);
+    check_fold(Device::cuda(0), DType::BF16, DType::F32, biases, seed += 4);
+    check_fold(Device::cuda(0), DType::F32, DType::F32, biases, seed += 4);
+  }
 }
 
 TEST(GptDecodeLayers, MatchesFloat64MathOnCpu) {
@@ -248,20 +306,15 @@ TEST(GptDecodeLayers, MismatchedInputsAreRefusedWithTheirShapes) {
   const int64_t C = s.C, D = C / s.H;
   const auto t = [](const std::vector<double>& v, const Shape& shape) { return stored(v, shape, DType::F32); };
   const LayerValues& L = p.layers[0];
-  const kernels::GptDecodeLayer good{t(L.ln1_w, {C}),
-                                     t(L.ln1_b, {C}),
-                                     t(L.qkv_w, {3 * C, C}),
-                                     t(L.qkv_b, {3 * C}),
-                                     t(L.proj_w, {C, C}),
-                                     t(L.proj_b, {C}),
-                                     t(L.ln2_w, {C}),
-                                     t(L.ln2_b, {C}),
-                                     t(L.fc_w, {4 * C, C}),
-                                     t(L.fc_b, {4 * C}),
-                                     t(L.out_w, {C, 4 * C}),
-                                     t(L.out_b, {C}),
-                                     t(L.k, {s.B, s.H, s.cap, D}),
-                                     t(L.v, {s.B, s.H, s.cap, D})};
+  const kernels::GptDecodeLayer good{
+      kernels::fold_norm_into_linear(t(L.ln1_w, {C}), t(L.ln1_b, {C}), t(L.qkv_w, {3 * C, C}), t(L.qkv_b, {3 * C})),
+      t(L.proj_w, {C, C}),
+      t(L.proj_b, {C}),
+      kernels::fold_norm_into_linear(t(L.ln2_w, {C}), t(L.ln2_b, {C}), t(L.fc_w, {4 * C, C}), t(L.fc_b, {4 * C})),
+      t(L.out_w, {C, 4 * C}),
+      t(L.out_b, {C}),
+      t(L.k, {s.B, s.H, s.cap, D}),
+      t(L.v, {s.B, s.H, s.cap, D})};
   const Tensor x = stored(p.x, {s.B, C}, DType::F32);
   const Tensor starts = Tensor::from_ints(p.starts, {s.B});
   const auto message = [&](const std::vector<kernels::GptDecodeLayer>& layers, const Tensor& st, int heads) {
@@ -282,8 +335,11 @@ TEST(GptDecodeLayers, MismatchedInputsAreRefusedWithTheirShapes) {
       t(std::vector<double>(static_cast<size_t>(s.B * s.H * (s.cap - 1) * D), 0.0), {s.B, s.H, s.cap - 1, D});
   EXPECT_NE(message({short_cache}, starts, 4).find("the caches"), std::string::npos);
   kernels::GptDecodeLayer narrow_mlp = good;
-  narrow_mlp.fc_weight = t(std::vector<double>(static_cast<size_t>(3 * C * C), 0.0), {3 * C, C});
+  narrow_mlp.fc.weight = t(std::vector<double>(static_cast<size_t>(3 * C * C), 0.0), {3 * C, C});
   EXPECT_NE(message({narrow_mlp}, starts, 4).find("the MLP weight"), std::string::npos);
+  kernels::GptDecodeLayer unfolded = good;
+  unfolded.qkv.colsum = Tensor();
+  EXPECT_NE(message({unfolded}, starts, 4).find("fold its LayerNorm with fold_norm_into_linear"), std::string::npos);
 }
 
 TEST(GptDecodeLayers, ShapesTheGpuKernelDoesNotTakeAreRefused) {

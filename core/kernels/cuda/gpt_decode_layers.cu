@@ -331,7 +331,7 @@ __device__ void multiply(const Step& a, const Product& p, const bf16* rows, floa
     const int i = threadIdx.x + k * kThreads;
     if (i - lane >= a.B * cols) break;  // the same for the whole warp (its shuffles below need every lane)
     const bool live = i < a.B * cols;   // whole groups of 8 lanes: cols is a multiple of 8
-    const int r = live ? i / cols : 0, col = i - r * cols, n = 8 * u0 + col;
+    const int r = live ? i / cols : 0, col = live ? i - r * cols : 0, n = 8 * u0 + col;
     float v = 0.f;
     if (live)
 #pragma unroll
@@ -447,7 +447,7 @@ struct AttendScratch {
 
 // One round's item for this warp: which (row, head), where its keys are, and how the item's warps split them.
 struct AttendItem {
-  int n, rank, team, b, h, start, seen;
+  int n, rank, team, b, h, start, seen, cached;  // cached: the positions before start that the cache holds
   int64_t head;  // the item's first cached element
   __device__ AttendItem(const Step& a, int first) {
     const int warp = threadIdx.x / 32, G = gridDim.x;
@@ -460,6 +460,7 @@ struct AttendItem {
     h = item - b * a.H;
     start = a.starts[b];
     seen = min(start + 1, a.cap);
+    cached = min(start, a.cap);
     head = (static_cast<int64_t>(b) * a.H + h) * a.cap * kHead;
   }
   __device__ int first_key() const { return rank * 4 + threadIdx.x % 32 / 8; }
@@ -473,7 +474,7 @@ __device__ __forceinline__ void load_cached(const LayerPointers& L, const Attend
 #pragma unroll
   for (int u = 0; u < kKeyUnroll; ++u) {
     const int j = base + u * it.stride();
-    if (j < it.start) {
+    if (j < it.cached) {
       const int64_t at = it.head + static_cast<int64_t>(j) * kHead + 8 * gl;
       kv[u] = __ldg(reinterpret_cast<const uint4*>(L.k_cache + at));
       vv[u] = __ldg(reinterpret_cast<const uint4*>(L.v_cache + at));
@@ -522,7 +523,7 @@ __device__ __noinline__ void attention_phase(const Step a, const LayerPointers L
 #pragma unroll
       for (int u = 0; u < kKeyUnroll; ++u) {
         const int j = base + u * stride;
-        if (j >= start) {  // the new key (this step's q|k|v), or past the row's positions
+        if (j >= it.cached) {  // the new key (this step's q|k|v), or past the row's positions
           if (j < seen) {
             kv[u] = load_shared_rows(k_new + 8 * gl);
             vv[u] = load_shared_rows(v_new + 8 * gl);

@@ -369,27 +369,32 @@ __device__ void multiply(const Step& a, const Product& p, const bf16* rows, floa
 // warp w merges rows w, w + kWarps, ...; with C a multiple of 256 each lane holds C / 256 pairs of a row.
 template <int kRows>
 __device__ void row_stats(const Step& a, const float2* parts, float2* stats) {
+  constexpr int kPerWarp = kRows / kWarps;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, units = a.C / 8, per_lane = a.C / 256;
-  const float inv = 1.f / static_cast<float>(a.C);
-#pragma unroll 1
-  for (int r = warp; r < kRows; r += kWarps) {
-    float2 v[kMaxChunks];
+  float2 v[kPerWarp][kMaxChunks];  // every load in flight at once: one round trip
 #pragma unroll
-    for (int c = 0; c < kMaxChunks; ++c)
-      v[c] = r < a.B && c < per_lane ? __ldcg(parts + r * units + lane + 32 * c) : make_float2(0.f, 0.f);
+  for (int j = 0; j < kPerWarp; ++j)
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c) {
+      const int r = warp + kWarps * j;
+      v[j][c] = r < a.B && c < per_lane ? __ldcg(parts + r * units + lane + 32 * c) : make_float2(0.f, 0.f);
+    }
+  const float inv = 1.f / static_cast<float>(a.C);
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
     float sum = 0.f;
 #pragma unroll
-    for (int c = 0; c < kMaxChunks; ++c) sum += v[c].x;
+    for (int c = 0; c < kMaxChunks; ++c) sum += v[j][c].x;
     const float mean = warp_sum(sum) * inv;
     float m2 = 0.f;
 #pragma unroll
     for (int c = 0; c < kMaxChunks; ++c)
       if (c < per_lane) {
-        const float d = v[c].x * 0.125f - mean;
-        m2 += v[c].y + 8.f * d * d;
+        const float d = v[j][c].x * 0.125f - mean;
+        m2 += v[j][c].y + 8.f * d * d;
       }
     m2 = warp_sum(m2);
-    if (lane == 0) stats[r] = make_float2(mean, rsqrtf(m2 * inv + a.eps));
+    if (lane == 0) stats[warp + kWarps * j] = make_float2(mean, rsqrtf(m2 * inv + a.eps));
   }
 }
 
@@ -449,7 +454,9 @@ struct AttendScratch {
 struct AttendItem {
   int n, rank, team, b, h, start, seen, cached;  // cached: the positions before start that the cache holds
   int64_t head;  // the item's first cached element
-  __device__ AttendItem(const Step& a, int first) {
+  // The row's start comes from the caller: the first round's is read once a launch, before the layers (read here, it
+  // held the warp a round trip before it could issue the loads ahead of the barrier).
+  __device__ AttendItem(const Step& a, int first, int row_start) {
     const int warp = threadIdx.x / 32, G = gridDim.x;
     n = min(kWarps, (a.B * a.H - first + G - 1) / G);  // items this round
     const int mine = warp % n;
@@ -458,10 +465,16 @@ struct AttendItem {
     const int item = first + mine * G;
     b = item / a.H;
     h = item - b * a.H;
-    start = a.starts[b];
+    start = row_start;
     seen = min(start + 1, a.cap);
     cached = min(start, a.cap);
     head = (static_cast<int64_t>(b) * a.H + h) * a.cap * kHead;
+  }
+  // The row of this warp's item in the round that starts at item `first`.
+  __device__ static int row_of(const Step& a, int first) {
+    const int warp = threadIdx.x / 32, G = gridDim.x;
+    const int n = min(kWarps, (a.B * a.H - first + G - 1) / G);
+    return (first + warp % n * G) / a.H;
   }
   __device__ int first_key() const { return rank * 4 + threadIdx.x % 32 / 8; }
   __device__ int stride() const { return team * 4; }  // keys the item's warps cover in one unroll step
@@ -482,7 +495,7 @@ __device__ __forceinline__ void load_cached(const LayerPointers& L, const Attend
   }
 }
 
-__device__ __noinline__ void attention_phase(const Step a, const LayerPointers L, AttendScratch& s,
+__device__ __noinline__ void attention_phase(const Step a, const LayerPointers L, int first_start, AttendScratch& s,
                                              GridBarrier& barrier) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gl = lane % 8;
   const int C = a.C, H = a.H, items = a.B * H, G = gridDim.x;
@@ -492,12 +505,12 @@ __device__ __noinline__ void attention_phase(const Step a, const LayerPointers L
   // Warp 0 loads after the barrier, as in product_phase.
   const bool early = blockIdx.x < items && warp > 0;
   if (early) {
-    const AttendItem it(a, blockIdx.x);
+    const AttendItem it(a, blockIdx.x, first_start);
     load_cached(L, it, it.first_key(), kv, vv);
   }
   barrier.sync();
   for (int first = blockIdx.x; first < items; first += kWarps * G) {
-    const AttendItem it(a, first);
+    const AttendItem it(a, first, first == blockIdx.x ? first_start : a.starts[AttendItem::row_of(a, first)]);
     const int n = it.n, rank = it.rank, b = it.b, h = it.h, start = it.start, seen = it.seen, stride = it.stride();
     const bf16* q_row = a.qkv + static_cast<int64_t>(b) * 3 * C + h * kHead;
     const bf16* k_new = q_row + C;
@@ -613,6 +626,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __
       a.ln1_parts[i] = make_float2(sum, m2);
     }
   }
+  // Where the row of this warp's first attention item starts: the same in every layer.
+  const int first_start = blockIdx.x < st.B * st.H ? st.starts[AttendItem::row_of(st, blockIdx.x)] : 0;
   for (int l = 0; l < a.layers; ++l) {
     const LayerPointers& L = a.layer[l];
     // Each product phase opens with the grid barrier after the phase before (its rows are then written).
@@ -620,7 +635,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_decode_layers_kernel(const __
         st,
         Product{L.qkv_w, nullptr, L.qkv_colsum, L.qkv_shift, a.ln1_parts, nullptr, C, 3 * C, Epilogue::Store, st.qkv},
         st.h16, rows, barrier);
-    attention_phase(st, L, scratch, barrier);
+    attention_phase(st, L, first_start, scratch, barrier);
     barrier.mark(1);
     product_phase<kRows, 1>(
         st, Product{L.proj_w, L.proj_b, nullptr, nullptr, nullptr, a.ln2_parts, C, C, Epilogue::Residual, nullptr},

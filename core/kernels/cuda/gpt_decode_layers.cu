@@ -546,6 +546,10 @@ __device__ __noinline__ void attention_phase(const Step a, const LayerPointers L
           }
         }
       }
+      // The batch's scores first, then one rescale for all of them: the online softmax's chain of dependent
+      // exponentials and rescales is one step a batch instead of one a key.
+      float dots[kKeyUnroll];
+      float top = m;
 #pragma unroll
       for (int u = 0; u < kKeyUnroll; ++u) {
         const bf16* ke = reinterpret_cast<const bf16*>(&kv[u]);
@@ -555,15 +559,23 @@ __device__ __noinline__ void attention_phase(const Step a, const LayerPointers L
         dot += __shfl_xor_sync(0xffffffffu, dot, 1);
         dot += __shfl_xor_sync(0xffffffffu, dot, 2);
         dot += __shfl_xor_sync(0xffffffffu, dot, 4);
-        if (base + u * stride >= seen) continue;
-        const float m_new = fmaxf(m, dot);
-        const float rescale = exp2f(m - m_new), p = exp2f(dot - m_new);
-        const bf16* ve = reinterpret_cast<const bf16*>(&vv[u]);
-        l = l * rescale + p;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] = acc[i] * rescale + p * __bfloat162float(ve[i]);
-        m = m_new;
+        dots[u] = base + u * stride < seen ? dot : -INFINITY;
+        top = fmaxf(top, dots[u]);
       }
+      if (top == -INFINITY) continue;  // none of this group's keys is a position of the row
+      const float rescale = exp2f(m - top);
+      l *= rescale;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] *= rescale;
+#pragma unroll
+      for (int u = 0; u < kKeyUnroll; ++u) {
+        const float p = exp2f(dots[u] - top);
+        const bf16* ve = reinterpret_cast<const bf16*>(&vv[u]);
+        l += p;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] += p * __bfloat162float(ve[i]);
+      }
+      m = top;
     }
     // Merge the warp's four groups: lanes 8 and 16 apart hold the same head elements.
 #pragma unroll

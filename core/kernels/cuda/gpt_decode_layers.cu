@@ -138,13 +138,13 @@ struct GridBarrier {
     ++crossings;
     __syncthreads();
   }
-  // Profiling only: the last CTA's time at step k of the phase the last crossing opened (after its staging, after its
-  // work); the last CTA has a share of every product.
+  // Profiling only: the time at step k of the phase the last crossing opened (after the staging, after the work) of
+  // the slowest CTA that had work (the clock only grows, so the maximum over this launch's CTAs is this launch's).
   __device__ void mark(int k) const {
-    if (timeline != nullptr && blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) {
+    if (timeline != nullptr && threadIdx.x == 0) {
       unsigned long long now;
       asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
-      timeline[kMarkBase + 2 * (crossings - 1) + k] = now;
+      atomicMax(timeline + kMarkBase + 2 * (crossings - 1) + k, now);
     }
   }
 };
@@ -687,7 +687,7 @@ struct PhaseProfile {
   std::mutex mutex;
   // Summed over steps, per phase (layer l's q|k|v product is phase 5 l, then its attention, projection, first MLP
   // product and MLP projection; layers past a launch's kDecodeLayersPerLaunch continue the count): from the crossing
-  // that opens it to the next one, and to the last CTA's marks after its staging and after its work.
+  // that opens it to the next one, and to the slowest CTA's marks after its staging and after its work.
   std::vector<double> us, staged_us, worked_us;
   double empty_us = 0;
   int64_t steps = 0;

@@ -9,7 +9,8 @@
 // graphs), with -unfused when RETORT_DECODE_FUSED=0, -no-pdl when RETORT_DECODE_PDL=0 (programmatic dependent launch
 // off), -lanes-attention when RETORT_DECODE_ATTENTION=lanes (the CUDA-core cache attention instead of the
 // tensor-core one), -one-launch when RETORT_DECODE_LAYERS=1 (every GPT block of a decode step in one persistent
-// launch, ops::gpt_decode_layers_applies), -no-graphs with --graphs false.
+// launch at every row count, ops::gpt_decode_layers_applies; by default it runs at 4 to 16 rows only), -per-op when
+// RETORT_DECODE_LAYERS=0 (never), -no-graphs with --graphs false.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -88,9 +89,9 @@ int main(int argc, char** argv) {
   const char* attention_choice = std::getenv("RETORT_DECODE_ATTENTION");
   const std::string decode_attention = attention_choice != nullptr ? attention_choice : "auto";
   const char* layers_choice = std::getenv("RETORT_DECODE_LAYERS");
-  const bool one_launch = layers_choice != nullptr && std::string(layers_choice) == "1";
+  const std::string layers = layers_choice != nullptr ? layers_choice : "";
   const std::string framework = std::string("retort") + (fused ? "" : "-unfused") +
-                                (fused && one_launch ? "-one-launch" : "") +
+                                (fused && layers == "1" ? "-one-launch" : "") + (fused && layers == "0" ? "-per-op" : "") +
                                 (fused && !dependent_launch ? "-no-pdl" : "") +
                                 (decode_attention == "lanes" ? "-lanes-attention" : "") + (graphs ? "" : "-no-graphs");
   fmt::print("{} {} on {}, {} compute: {} layers, {} heads, width {}, vocab {}, context {}; prompt {}, {} new tokens\n",

@@ -12,7 +12,8 @@
 # Environment: DEVICE (cuda), DTYPE (bf16), BATCHES (1,32), PROMPT (128), NEW (256), REPEATS (3), TEMPERATURE (0:
 # greedy), UNFUSED (1; 0 skips retort-unfused), NO_PDL (0; 1 adds retort-no-pdl: the fused kernels without
 # programmatic dependent launch, RETORT_DECODE_PDL=0), ONE_LAUNCH (0; 1 adds retort-one-launch: every GPT
-# block of a decode step in one persistent launch, RETORT_DECODE_LAYERS=1), LANES (0; 1 adds retort-lanes-attention: the CUDA-core cache
+# block of a decode step in one persistent launch at every row count, RETORT_DECODE_LAYERS=1, and retort-per-op: never,
+# RETORT_DECODE_LAYERS=0; the default takes it at 4 to 16 rows), LANES (0; 1 adds retort-lanes-attention: the CUDA-core cache
 # attention, RETORT_DECODE_ATTENTION=lanes), NO_GRAPHS (1; 0 skips retort-no-graphs), EAGER (1; 0 skips
 # torch eager), COMPILE (1; 0 skips the torch.compile peers), COMPILE_MODES (reduce-overhead; space-separated, e.g.
 # "default reduce-overhead"), COMPILE_TIMEOUT (900 s per compiled peer: compiling takes a minute or more per batch
@@ -51,6 +52,9 @@ if [[ ${ONE_LAUNCH:-0} == 1 ]]; then
   echo "== retort, every GPT block of a step in one launch (RETORT_DECODE_LAYERS=1; CUDA graphs)"
   RETORT_DECODE_LAYERS=1 "$build/bench/bench_generate" "${common[@]}" --json "$out/retort.jsonl" 2>&1 |
     tee "$out/retort-one-launch.log"
+  echo "== retort, every GPT block op by op (RETORT_DECODE_LAYERS=0; CUDA graphs)"
+  RETORT_DECODE_LAYERS=0 "$build/bench/bench_generate" "${common[@]}" --json "$out/retort.jsonl" 2>&1 |
+    tee "$out/retort-per-op.log"
 fi
 if [[ ${LANES:-0} == 1 ]]; then
   echo "== retort, the CUDA-core cache attention (RETORT_DECODE_ATTENTION=lanes; CUDA graphs)"

@@ -24,10 +24,13 @@ bool decode_fusion_applies(const Tensor& x, DType compute_dtype, int64_t widest_
 bool decode_fusion_allows(Device device, DType compute_dtype);
 
 // Whether a GPT decode step over x [B, 1, C] (or [B, C]) in `compute_dtype` runs its blocks through
-// gpt_decode_layers (one launch for every block, kernels/decode_kernels.h): RETORT_DECODE_LAYERS=1 asks for it (read
-// on every call; off by default, since it is no faster than the per-op fused step: docs/benchmarks.md), the
-// fusion switch allows the fused ops on x's device (fusion.h; the CPU runs the reference kernel), one new position
-// a row, and the kernel takes the shape (kernels::gpt_decode_layers_fits).
+// gpt_decode_layers (one launch for every block, kernels/decode_kernels.h): the fusion switch allows the fused ops on
+// x's device (fusion.h; the CPU runs the reference kernel), one new position a row, the kernel takes the shape
+// (kernels::gpt_decode_layers_fits), and either RETORT_DECODE_LAYERS=1 (read on every call) or, without the setting,
+// a GPU step of kDecodeLayersDefaultMinRows to kDecodeLayersDefaultMaxRows rows, where it was measured faster than the per-op
+// fused step. RETORT_DECODE_LAYERS=0 turns it off.
+constexpr int64_t kDecodeLayersDefaultMinRows = 4;
+constexpr int64_t kDecodeLayersDefaultMaxRows = 16;
 bool gpt_decode_layers_applies(const Tensor& x, DType compute_dtype, int64_t n_head);
 
 // x [B, 1, C] or [B, C] through `layers` (kernels::gpt_decode_layers), one new position a row at starts (i32 [B]) of

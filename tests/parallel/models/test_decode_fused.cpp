@@ -14,7 +14,8 @@
 // decoding, with programmatic dependent launch on and off.
 // With RETORT_DECODE_LAYERS=1, GPT blocks the one-launch kernel takes (heads of 64, width 256:
 // ops::gpt_decode_layers_applies) decode a step as one gpt_decode_layers dispatch for every block, through the same
-// checks, on the CPU (its reference kernel) and on the GPU; without the setting the per-op fused step runs.
+// checks, on the CPU (its reference kernel) and on the GPU; without the setting the GPU takes it at 4 to 16 rows and
+// the CPU never, and RETORT_DECODE_LAYERS=0 turns it off.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -119,16 +120,18 @@ void check_model(const GptModel& model, DType dtype, DecodeFusion fused_mode, do
   }
 }
 
-// The dispatches of one decode step of three rows, by kernel name.
-std::map<std::string, int64_t> step_dispatches(const GptModel& model, DType dtype) {
+// The dispatches of one decode step of B rows (three by default), by kernel name.
+std::map<std::string, int64_t> step_dispatches(const GptModel& model, DType dtype, int64_t B = 3) {
   NoGradGuard no_grad;
   const Device device = device_of(model);
-  const int64_t B = 3;
   generate::KvCache cache(model, B, model.config().block_size, dtype, device);
   const std::vector<int64_t> ones(static_cast<size_t>(B), 1);
-  model.forward_cached(Tensor::from_ints({1, 2, 3}, {B, 1}, device), ones, cache, dtype);
+  std::vector<int32_t> prompt, next;
+  for (int64_t b = 0; b < B; ++b) prompt.push_back(static_cast<int32_t>(1 + b % 3)), next.push_back(4 + b % 3);
+  model.forward_cached(Tensor::from_ints(prompt, {B, 1}, device), ones, cache, dtype);
   profile::start_op_profile(device);
-  model.decode_step(Tensor::from_ints({4, 5, 6}, {B, 1}, device), Tensor::from_ints({1, 1, 1}, {B, 1}, device),
+  model.decode_step(Tensor::from_ints(next, {B, 1}, device),
+                    Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(B), 1), {B, 1}, device),
                     model.rope_frequencies(device), cache, dtype);
   const profile::OpProfile profile = profile::stop_op_profile();
   std::map<std::string, int64_t> calls;
@@ -389,7 +392,7 @@ TEST(DecodeFused, OneLaunchForEveryBlockOnCpu) {
     const DecodeLayersSetting off("0");
     EXPECT_EQ(count(step_dispatches(model, DType::F32), "gpt_decode_layers"), 0);
   }
-  // Without the setting the per-op fused path runs.
+  // Without the setting the CPU takes the per-op fused path (the one launch is the default on the GPU only).
   unsetenv("RETORT_DECODE_LAYERS");
   EXPECT_EQ(count(step_dispatches(model, DType::F32), "gpt_decode_layers"), 0);
   EXPECT_EQ(count(step_dispatches(model, DType::F32), "small_m_linear"), 4 * 2 + 1);
@@ -406,8 +409,14 @@ TEST(DecodeFused, GpuOneLaunchForEveryBlock) {
     {
       const DecodeFusionScope gpu(DecodeFusion::Gpu);
       EXPECT_EQ(count(step_dispatches(model, DType::BF16), "gpt_decode_layers"), 1);
+      // Without the setting: the one launch from 4 to 16 rows (ops::kDecodeLayersDefaultMinRows / MaxRows), the
+      // per-op step outside; with it at 0, never.
       unsetenv("RETORT_DECODE_LAYERS");
-      EXPECT_EQ(count(step_dispatches(model, DType::BF16), "gpt_decode_layers"), 0);
+      for (int64_t rows : {3, 4, 16, 17})
+        EXPECT_EQ(count(step_dispatches(model, DType::BF16, rows), "gpt_decode_layers"), rows >= 4 && rows <= 16 ? 1 : 0)
+            << rows << " rows";
+      setenv("RETORT_DECODE_LAYERS", "0", 1);
+      EXPECT_EQ(count(step_dispatches(model, DType::BF16, 8), "gpt_decode_layers"), 0);
       setenv("RETORT_DECODE_LAYERS", "1", 1);
     }
     check_model(model, DType::BF16, DecodeFusion::Gpu, 3e-2);

@@ -15,9 +15,10 @@
 //   4. LN2 of the residual, times the MLP's first weight (+ bias), GELU -> hidden
 //   5. hidden times the MLP's projection (+ bias), added to the residual
 //
-// It is opt-in (ops::gpt_decode_layers_applies): on an H200 it is still slower than the per-op fused step, whose
-// launches overlap through programmatic dependent launch; docs/benchmarks.md has the phase-by-phase times
-// (RETORT_DECODE_LAYERS_PROFILE=1) and what was tried.
+// The models take it at 4 to 16 rows (ops::gpt_decode_layers_applies), where an H200 runs it faster than the per-op
+// fused step, whose launches overlap through programmatic dependent launch; at 1-2 rows and past 16 (rows padded to
+// 32) the per-op step is faster. docs/benchmarks.md has the phase-by-phase times (RETORT_DECODE_LAYERS_PROFILE=1)
+// and what was tried.
 //
 // The residual stream stays in float32 in global memory for the whole step (the per-op path rounds it to bf16 after
 // every addition; this one rounds once, at the end), beside a bf16 copy that the norms read (half the bytes to stage,

@@ -90,10 +90,10 @@ int main(int argc, char** argv) {
   const std::string decode_attention = attention_choice != nullptr ? attention_choice : "auto";
   const char* layers_choice = std::getenv("RETORT_DECODE_LAYERS");
   const std::string layers = layers_choice != nullptr ? layers_choice : "";
-  const std::string framework = std::string("retort") + (fused ? "" : "-unfused") +
-                                (fused && layers == "1" ? "-one-launch" : "") + (fused && layers == "0" ? "-per-op" : "") +
-                                (fused && !dependent_launch ? "-no-pdl" : "") +
-                                (decode_attention == "lanes" ? "-lanes-attention" : "") + (graphs ? "" : "-no-graphs");
+  const std::string framework =
+      std::string("retort") + (fused ? "" : "-unfused") + (fused && layers == "1" ? "-one-launch" : "") +
+      (fused && layers == "0" ? "-per-op" : "") + (fused && !dependent_launch ? "-no-pdl" : "") +
+      (decode_attention == "lanes" ? "-lanes-attention" : "") + (graphs ? "" : "-no-graphs");
   fmt::print("{} {} on {}, {} compute: {} layers, {} heads, width {}, vocab {}, context {}; prompt {}, {} new tokens\n",
              framework, label, device.str(), dtype_arg, config.n_layer, config.n_head, config.n_embd, config.vocab_size,
              config.block_size, prompt_len, new_tokens);

@@ -6,6 +6,7 @@
 
 #include "core/autograd/grad_mode.h"
 #include "core/ops/fusion.h"
+#include "core/tensor/device_runtime.h"
 #include "core/util/error.h"
 
 namespace retort::ops {
@@ -79,7 +80,8 @@ bool gpt_decode_layers_applies(const Tensor& x, DType compute_dtype, int64_t n_h
   // By default on the GPU at 4 to 16 rows, where it was measured faster than the per-op fused step (H200, GPT-2
   // small: 1.05-1.07x at 4, 12 and 16 rows, a tie at 8, slower at 1-2 and past 16; docs/benchmarks.md).
   const int64_t rows = x.size(0);
-  if (forced != "1" && !(x.device().is_cuda() && rows >= kDecodeLayersDefaultMinRows && rows <= kDecodeLayersDefaultMaxRows))
+  if (forced != "1" &&
+      !(x.device().is_cuda() && rows >= kDecodeLayersDefaultMinRows && rows <= kDecodeLayersDefaultMaxRows))
     return false;
   return kernels::gpt_decode_layers_fits(rows, x.size(-1), n_head, compute_dtype, x.device());
 }
@@ -105,11 +107,14 @@ kernels::NormedLinear FoldedNormCache::get(const Tensor& norm_weight, const Tens
       stamps[i] = sources[i]->impl()->storage->version();
     }
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!folded_.weight.defined() || places != places_ || stamps != stamps_) {
-    folded_ = kernels::fold_norm_into_linear(norm_weight, norm_bias, weight, bias);
-    places_ = places;
-    stamps_ = stamps;
-  }
+  if (folded_.weight.defined() && places == places_ && stamps == stamps_) return folded_;
+  // Changed sources met during a CUDA graph capture (weights cast on every step, inside the graph): the fold becomes
+  // part of the graph, reruns with every replay, and is not kept (its tensors live in the capture's memory).
+  if (device_runtime::capturing(weight.device()))
+    return kernels::fold_norm_into_linear(norm_weight, norm_bias, weight, bias);
+  folded_ = kernels::fold_norm_into_linear(norm_weight, norm_bias, weight, bias);
+  places_ = places;
+  stamps_ = stamps;
   return folded_;
 }
 

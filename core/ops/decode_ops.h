@@ -27,8 +27,8 @@ bool decode_fusion_allows(Device device, DType compute_dtype);
 // gpt_decode_layers (one launch for every block, kernels/decode_kernels.h): the fusion switch allows the fused ops on
 // x's device (fusion.h; the CPU runs the reference kernel), one new position a row, the kernel takes the shape
 // (kernels::gpt_decode_layers_fits), and either RETORT_DECODE_LAYERS=1 (read on every call) or, without the setting,
-// a GPU step of kDecodeLayersDefaultMinRows to kDecodeLayersDefaultMaxRows rows, where it was measured faster than the per-op
-// fused step. RETORT_DECODE_LAYERS=0 turns it off.
+// a GPU step of kDecodeLayersDefaultMinRows to kDecodeLayersDefaultMaxRows rows, where it was measured faster than the
+// per-op fused step. RETORT_DECODE_LAYERS=0 turns it off.
 constexpr int64_t kDecodeLayersDefaultMinRows = 4;
 constexpr int64_t kDecodeLayersDefaultMaxRows = 16;
 bool gpt_decode_layers_applies(const Tensor& x, DType compute_dtype, int64_t n_head);
@@ -40,7 +40,8 @@ Tensor gpt_decode_layers(const Tensor& x, const std::vector<kernels::GptDecodeLa
 
 // A LayerNorm folded into the product after it (kernels::fold_norm_into_linear), kept between decode steps and folded
 // again when any of its four tensors changed: a different place, or new contents (the storage's stamp, which every
-// write through Tensor::copy_ or an optimizer step renews). One per product of a model; safe to share between threads.
+// write through Tensor::copy_ or an optimizer step renews). A fold made while a CUDA graph is captured is returned
+// but not kept. One per product of a model; safe to share between threads.
 class FoldedNormCache {
  public:
   kernels::NormedLinear get(const Tensor& norm_weight, const Tensor& norm_bias, const Tensor& weight,

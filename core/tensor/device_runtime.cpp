@@ -157,5 +157,16 @@ void synchronize(Device device) {
 #endif
 }
 
+bool capturing(Device device) {
+  if (device.is_cpu()) return false;
+#ifdef RETORT_WITH_CUDA
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  RETORT_CUDA_CHECK(cudaStreamIsCapturing(cuda::compute_stream(device.index), &capture));
+  return capture != cudaStreamCaptureStatusNone;
+#else
+  no_cuda();
+#endif
+}
+
 }  // namespace device_runtime
 }  // namespace retort

@@ -16,5 +16,8 @@ void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, siz
              Device device);
 void memset_zero(void* ptr, size_t nbytes, Device device);
 void synchronize(Device device);
+// Whether work on `device` is being recorded into a CUDA graph instead of run (false on the CPU): what is made then
+// lives only as long as the graph's memory.
+bool capturing(Device device);
 
 }  // namespace retort::device_runtime

@@ -61,10 +61,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPad = 32;  // bf16 after each staged row: rows 64 bytes apart mod 128, conflict-free reads
 constexpr int kHead = static_cast<int>(kDecodeLayersHead);
 constexpr int kKeyUnroll = 8;  // keys each lane group has in flight
-// float4 a lane holds of one residual row: width <= 1024 at 16 rows; at 32 rows the staged MLP rows (32 x 4C) fit
-// shared memory only up to width 768.
-template <int kRows>
-constexpr int kMaxRowFloat4 = kRows == 32 ? 6 : 8;
 
 struct LayerPointers {
   const bf16* qkv_w;  // LN1 folded in (NormedLinear)
@@ -105,7 +101,7 @@ struct Args {
   float2* ln2_parts;
   bool carried;  // h holds the residual of the launch before (layers past kDecodeLayersPerLaunch): x_in is not read
   unsigned* barrier;
-  unsigned long long* timeline;  // null, or a time stamp per barrier (CTA 0)
+  unsigned long long* timeline;  // null, or the crossings' time stamps (CTA 0's) and each phase's marks
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -454,7 +450,7 @@ struct AttendScratch {
 // One round's item for this warp: which (row, head), where its keys are, and how the item's warps split them.
 struct AttendItem {
   int n, rank, team, b, h, start, seen, cached;  // cached: the positions before start that the cache holds
-  int64_t head;  // the item's first cached element
+  int64_t head;                                  // the item's first cached element
   // The row's start comes from the caller: the first round's is read once a launch, before the layers (read here, it
   // held the warp a round trip before it could issue the loads ahead of the barrier).
   __device__ AttendItem(const Step& a, int first, int row_start) {
@@ -752,8 +748,14 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
                        float eps, Tensor& out) {
   rc::DeviceGuard guard(device_of(x, "gpt_decode_layers"));
   const int64_t B = x.size(0), C = x.size(1);
+  // Rows, weights, biases and the folds' vectors are read 16 bytes at a time.
   check(aligned16(x.raw_data()),
         "gpt_decode_layers (CUDA): x {} must start on a 16-byte boundary (a fresh tensor does)", x.describe());
+  for (const GptDecodeLayer& l : layers)
+    for (const Tensor* t : {&l.qkv.weight, &l.qkv.colsum, &l.qkv.shift, &l.proj_weight, &l.proj_bias, &l.fc.weight,
+                            &l.fc.colsum, &l.fc.shift, &l.out_weight, &l.out_bias})
+      check(!t->defined() || aligned16(t->raw_data()),
+            "gpt_decode_layers (CUDA): {} must start on a 16-byte boundary (a fresh tensor does)", t->describe());
   const int rows = padded_rows(B);
   const size_t shared = shared_bytes(rows, C);
   const auto kernel = rows == 16 ? &gpt_decode_layers_kernel<16> : &gpt_decode_layers_kernel<32>;

@@ -413,7 +413,8 @@ TEST(DecodeFused, GpuOneLaunchForEveryBlock) {
       // per-op step outside; with it at 0, never.
       unsetenv("RETORT_DECODE_LAYERS");
       for (int64_t rows : {3, 4, 16, 17})
-        EXPECT_EQ(count(step_dispatches(model, DType::BF16, rows), "gpt_decode_layers"), rows >= 4 && rows <= 16 ? 1 : 0)
+        EXPECT_EQ(count(step_dispatches(model, DType::BF16, rows), "gpt_decode_layers"),
+                  rows >= 4 && rows <= 16 ? 1 : 0)
             << rows << " rows";
       setenv("RETORT_DECODE_LAYERS", "0", 1);
       EXPECT_EQ(count(step_dispatches(model, DType::BF16, 8), "gpt_decode_layers"), 0);

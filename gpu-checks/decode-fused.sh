@@ -9,7 +9,8 @@
 #    the GPU, which decode on the fused path at their batches of 4 rows or fewer.
 # 2. The generation benchmark at GPT-2 small's shape (bench/run_generate_bench.sh), bf16, greedy, prompt 128, NEW
 #    (128) new tokens, BATCHES (1,32): retort (fused kernels, CUDA graphs), retort-unfused (RETORT_DECODE_FUSED=0,
-#    the same binary), retort-no-pdl (RETORT_DECODE_PDL=0), retort-one-launch (RETORT_DECODE_LAYERS=1); torch eager and torch.compile (reduce-overhead) only with
+#    the same binary), retort-no-pdl (RETORT_DECODE_PDL=0), retort-one-launch (RETORT_DECODE_LAYERS=1: every row count) and retort-per-op (RETORT_DECODE_LAYERS=0; the
+#    default takes the one launch at 4 to 16 rows); torch eager and torch.compile (reduce-overhead) only with
 #    PEERS=1 (torch.compile takes about a minute per batch size; COMPILE_TIMEOUT bounds it, 100 s by default).
 # Prints one PASS/FAIL line per test binary, the benchmark JSON lines and the table; everything also lands in OUT_DIR
 # (default runs/gpu-check-decode-fused).

@@ -160,9 +160,8 @@ void synchronize(Device device) {
 bool capturing(Device device) {
   if (device.is_cpu()) return false;
 #ifdef RETORT_WITH_CUDA
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  RETORT_CUDA_CHECK(cudaStreamIsCapturing(cuda::compute_stream(device.index), &capture));
-  return capture != cudaStreamCaptureStatusNone;
+  cuda::DeviceGuard guard(device);
+  return cuda::stream_capturing();
 #else
   no_cuda();
 #endif

@@ -442,16 +442,34 @@ __global__ void __launch_bounds__(32 * kKeyWarps) flash_backward_kernel(const Ba
   store_dk_dv<D>(a, dk, dv, row0, k0 + kw + g, kvh, tig);
 }
 
-// dq[b, t, h * D + d] = scale * acc[b, t, h, d], in the gradient's row stride: 8 elements a thread.
-template <int D>
-__global__ void finish_dq_kernel(const float* acc, bf16* dq, int64_t dq_stride, int64_t rows, int H, float scale) {
+// dq[b, t, h * D + d] = scale * acc(b, t, h, d), in the gradient's row stride, from the accumulator laid out as kLayout
+// says (DqLayout): 8 elements a thread.
+template <int D, DqLayout kLayout>
+__global__ void finish_dq_kernel(const float* acc, bf16* dq, int64_t dq_stride, int64_t rows, int T, int H,
+                                 float scale) {
   const int64_t packs = rows * H * D / 8;
+  constexpr int kHalf = D / 2;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < packs;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t e = i * 8;
     const int64_t bt = e / (H * D), col = e % (H * D);
     float v[8];
-    load8(acc + e, v);
+    if constexpr (kLayout == DqLayout::Rows) {
+      load8(acc + e, v);
+    } else {
+      const int b = static_cast<int>(bt / T), t = static_cast<int>(bt % T);
+      const int h = static_cast<int>(col / D), d = static_cast<int>(col % D);
+      const float* half = acc + dq_tile_offset(b, h, t / 64, d / kHalf, H, T, D);
+      // Row r of the tile is row g (values 0, 1) or g + 8 (values 2, 3) of warp r / 16; columns c .. c + 7 are one
+      // block of 8, a pair at each of the lanes 4 g .. 4 g + 3.
+      const int r = t % 64, c = d % kHalf, g = r % 8, hi = (r % 16) / 8;
+#pragma unroll
+      for (int tig = 0; tig < 4; ++tig) {
+        const float* pair = half + dq_fragment_offset(r / 16, c / 8, 4 * g + tig, 2 * hi, kHalf);
+        v[2 * tig] = pair[0];
+        v[2 * tig + 1] = pair[1];
+      }
+    }
 #pragma unroll
     for (float& x : v) x *= scale;
     store8(dq + bt * dq_stride + col, v);
@@ -528,8 +546,10 @@ void backward(const Inputs& in, const void* dout, int64_t dout_stride, const voi
   const int64_t rows = in.B * in.T;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in.D)));
   rc::ScratchBuffer dvec(in.B * in.H * in.T * sizeof(float));
-  rc::ScratchBuffer dq_acc(rows * in.H * in.D * sizeof(float));
-  RETORT_CUDA_CHECK(cudaMemsetAsync(dq_acc.data(), 0, rows * in.H * in.D * sizeof(float), stream));
+  // Room for either layout of the accumulator (DqLayout: Fragments rounds T up to a multiple of 64).
+  const int64_t acc_bytes = in.B * ((in.T + 63) / 64 * 64) * in.H * in.D * static_cast<int64_t>(sizeof(float));
+  rc::ScratchBuffer dq_acc(acc_bytes);
+  RETORT_CUDA_CHECK(cudaMemsetAsync(dq_acc.data(), 0, acc_bytes, stream));
 
   auto run = [&](auto d_tag) {
     constexpr int D = decltype(d_tag)::value;
@@ -567,7 +587,9 @@ void backward(const Inputs& in, const void* dout, int64_t dout_stride, const voi
     const char* keys_choice = std::getenv("RETORT_FLASH_KEYS");
     const bool mma_sync =
         keys_choice != nullptr || (backward_choice != nullptr && std::string_view(backward_choice) == "mma");
-    const bool done = !mma_sync && backward_wgmma(a, D, static_cast<int>(in.B), static_cast<int>(in.KV), stream);
+    DqLayout layout = DqLayout::Rows;
+    const bool done =
+        !mma_sync && backward_wgmma(a, D, static_cast<int>(in.B), static_cast<int>(in.KV), stream, &layout);
     int key_warps = D == 128 ? 8 : 4;
     if (keys_choice != nullptr && std::string_view(keys_choice) == "64") key_warps = 4;
     if (keys_choice != nullptr && std::string_view(keys_choice) == "128") key_warps = 8;
@@ -582,10 +604,16 @@ void backward(const Inputs& in, const void* dout, int64_t dout_stride, const voi
       RETORT_CUDA_CHECK_LAUNCH();
     }
 
-    finish_dq_kernel<D><<<grid_for(rows * in.H * D / 8, 256), 256, 0, stream>>>(
-        static_cast<const float*>(dq_acc.data()), static_cast<bf16*>(dq), dq_stride, rows, static_cast<int>(in.H),
-        scale);
-    RETORT_CUDA_CHECK_LAUNCH();
+    const auto finish = [&](auto kernel) {
+      kernel<<<grid_for(rows * in.H * D / 8, 256), 256, 0, stream>>>(
+          static_cast<const float*>(dq_acc.data()), static_cast<bf16*>(dq), dq_stride, rows, static_cast<int>(in.T),
+          static_cast<int>(in.H), scale);
+      RETORT_CUDA_CHECK_LAUNCH();
+    };
+    if (layout == DqLayout::Fragments)
+      finish(finish_dq_kernel<D, DqLayout::Fragments>);
+    else
+      finish(finish_dq_kernel<D, DqLayout::Rows>);
   };
   if (in.D == 64) {
     run(std::integral_constant<int, 64>{});

@@ -31,7 +31,7 @@ struct BackwardArgs {
   const bf16 *q, *k, *v, *dout;
   int64_t q_stride, k_stride, v_stride, dout_stride;
   const float *lse, *dvec;  // [B, H, T]
-  float* dq;                // [B, T, H, D] float32 accumulator, zeroed
+  float* dq;                // float32 accumulator, zeroed: [B, T, H, D], or as DqLayout says
   bf16 *dk, *dv;
   int64_t dk_stride, dv_stride;
   int T, H, group;
@@ -139,10 +139,31 @@ __device__ __forceinline__ void store_dk_dv(const BackwardArgs& a, const float (
   }
 }
 
+// How a backward kernel lays out its float32 dQ accumulator.
+//   Rows: [B, T, H, D], the gradient's own order.
+//   Fragments: [B, H, ceil(T / 64), 2, 64 x D / 2]: the 64-row query tile of one head, each half of its columns (one
+//     warpgroup's share of a pipelined wgmma step) one contiguous region in the order the warpgroup's accumulator
+//     registers hold it (warp, block of 8 columns, lane, 4 values: rows g and g + 8 at columns 2 t and 2 t + 1), so
+//     that every thread adds 4 consecutive floats at a time, a warp's addition covers 512 contiguous bytes, and a
+//     step's share can be added as one bulk reduction. It takes ceil(T / 64) * 64 rows; those past T are never read.
+enum class DqLayout { Rows, Fragments };
+
+// Offset of value e (0-3) of column block n at lane `lane` of warp w in a Fragments half of kHalf columns.
+__host__ __device__ __forceinline__ int dq_fragment_offset(int w, int n, int lane, int e, int kHalf) {
+  return ((w * (kHalf / 8) + n) * 32 + lane) * 4 + e;
+}
+
+// Where the accumulator's half `half` of query tile `tile` of head h of batch b starts (Fragments).
+__host__ __device__ __forceinline__ int64_t dq_tile_offset(int b, int h, int tile, int half, int H, int T, int D) {
+  const int64_t tiles = (T + 63) / 64;
+  return (((static_cast<int64_t>(b) * H + h) * tiles + tile) * 2 + half) * 64 * (D / 2);
+}
+
 // The wgmma kernels (flash_attention_wgmma.cu) for head size D over B batches (and KV key/value heads), when this
 // build and device have them (sm_90a code, a compute capability 9.0 GPU); false when they do not, and the caller
-// runs its own. The backward is the main pass only: Dvec before it and dQ's scaling after it stay the caller's.
+// runs its own. The backward is the main pass only: Dvec before it and dQ's scaling after it stay the caller's, and
+// `layout` says how it laid out the dQ accumulator (a.dq holds B ceil(T / 64) 64 H D floats for every layout).
 bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream);
-bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t stream);
+bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t stream, DqLayout* layout);
 
 }  // namespace retort::kernels::cuda::flash

@@ -286,8 +286,11 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
 // masked, dS^T = P^T (dP^T - Dvec) in registers; dV += P^T dO and dK += dS^T Q with P^T and dS^T as register A
 // operands and dO, Q read MN-major, accumulating in registers over the whole walk. dS^T goes to shared memory
 // ([key][query]) for dQ = dS K over the CTA's keys (dS read MN-major as A, K MN-major as B), each warpgroup taking
-// D / kGroups of the columns, added into the float32 dQ buffer with atomics while the next step's first products run
-// (the copy engine's bulk reductions of each row through shared memory were slower: docs/benchmarks.md).
+// D / kGroups of the columns, added into the float32 dQ buffer while the next step's first products run. Those
+// additions are the backward's bottleneck (without them it took 37% less time at 4 x 4096 x 32 x 8 x 128 on an H200):
+// the lockstep kernels add with atomics in the gradient's row order; the pipelined one in the order its registers
+// hold the values (DqLayout::Fragments), 4 floats an atomic, or at head size 128 as one bulk reduction a warpgroup
+// and step (DqAdd).
 //
 // Two schedules. The lockstep one (wgmma_backward_kernel): Q, dO, lse and Dvec double-buffered with cp.async, and two
 // CTA barriers a step (the step's copies are in; dS^T is whole), so both warpgroups run their softmax at the same
@@ -531,7 +534,12 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
 #endif  // RETORT_WGMMA_AVAILABLE
 }
 
-template <int D>
+// How the pipelined backward adds a step's dQ into the accumulator: every thread its own pairs with atomics in Rows
+// (DqLayout); every thread its registers 4 at a time in Fragments; or the warpgroup's share, written into shared memory
+// in the Fragments order, as one bulk reduction of the copy engine.
+enum class DqAdd { RowAtomics, FragmentAtomics, FragmentBulk };
+
+template <int D, DqAdd kDq>
 __global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const BackwardArgs a) {
 #if defined(RETORT_WGMMA_AVAILABLE)
   constexpr int kKeyRows = 128, kThreadsT = 256, kHalf = D / 2, kStages = 3;
@@ -539,11 +547,12 @@ __global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const 
   extern __shared__ unsigned char smem_raw[];
   bf16* sk = reinterpret_cast<bf16*>(aligned_1024(smem_raw));
   bf16* sv = sk + kKeyRows * D;
-  bf16* sq = sv + kKeyRows * D;                                             // kStages
-  bf16* sdo = sq + kStages * kQueryRows * D;                                // kStages
-  bf16* sds = sdo + kStages * kQueryRows * D;                               // 2 buffers of dS^T [key][query]
-  float* slse = reinterpret_cast<float*>(sds + 2 * kKeyRows * kQueryRows);  // kStages
-  float* sdvec = slse + kStages * kQueryRows;                               // kStages
+  bf16* sq = sv + kKeyRows * D;                                            // kStages
+  bf16* sdo = sq + kStages * kQueryRows * D;                               // kStages
+  bf16* sds = sdo + kStages * kQueryRows * D;                              // 2 buffers of dS^T [key][query]
+  float* sdq = reinterpret_cast<float*>(sds + 2 * kKeyRows * kQueryRows);  // dQ, 64 x kHalf a warpgroup (bulk)
+  float* slse = sdq + (kDq == DqAdd::FragmentBulk ? kQueryRows * D : 0);   // kStages
+  float* sdvec = slse + kStages * kQueryRows;                              // kStages
   // Barriers: a stage's copies are in (every thread's arrive once its own copies land), a buffer of dS^T is whole
   // (every thread's arrive once its part is stored).
   uint64_t* bars = reinterpret_cast<uint64_t*>(sdvec + kStages * kQueryRows);
@@ -588,11 +597,40 @@ __global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const 
     return wgmma::descriptor(smem_addr(sds + buf * kKeyRows * kQueryRows), kKeyRows * kQueryRows * 2);
   };
   const int64_t dq_stride = static_cast<int64_t>(a.H) * D;
-  // Adds this thread's rows (kr and kr + 8 of the tile, this warpgroup's columns) of a step's dQ at `at`.
+  // Adds a step's dQ at `at` (this thread's rows kr and kr + 8 of the tile, this warpgroup's columns). Bulk: the
+  // warpgroup's registers into its shared buffer once the last step's reduction has read it (its first thread waits
+  // for that, then the warpgroup meets), then, once all are written (the warpgroup meets again), one reduction of the
+  // whole share from that thread, which runs beside the next products.
+  float* my_sdq = sdq + wg * kQueryRows * kHalf;
+  const bool dq_issuer = (warp & 3) == 0 && lane == 0;
+  const int fragment = dq_fragment_offset(warp & 3, 0, lane, 0, kHalf);  // this thread's first value in a half
   const auto add_dq_of = [&](const float(&rows)[kHalf / 8][4], BackwardWalk::Position at, bool live) {
-    const int t = at.tile * kQueryRows + kr;
-    float* row = a.dq + ((row0 + t) * a.H + at.head) * D + wg * kHalf;
-    add_dq_rows<D, kHalf>(rows, row, dq_stride, tig, live && t < a.T, live && t + 8 < a.T);
+    if constexpr (kDq == DqAdd::RowAtomics) {
+      const int t = at.tile * kQueryRows + kr;
+      float* row = a.dq + ((row0 + t) * a.H + at.head) * D + wg * kHalf;
+      add_dq_rows<D, kHalf>(rows, row, dq_stride, tig, live && t < a.T, live && t + 8 < a.T);
+    } else if constexpr (kDq == DqAdd::FragmentAtomics) {
+      float* half = a.dq + dq_tile_offset(b, at.head, at.tile, wg, a.H, a.T, D) + fragment;
+      if (live) {
+#pragma unroll
+        for (int n = 0; n < kHalf / 8; ++n) red_add4(half + n * 128, rows[n][0], rows[n][1], rows[n][2], rows[n][3]);
+      }
+    } else {
+      if (!live) return;  // uniform over the CTA
+      if (dq_issuer) bulk_wait_read<0>();
+      named_barrier_sync(1 + wg, 128);
+#pragma unroll
+      for (int n = 0; n < kHalf / 8; ++n)
+        *reinterpret_cast<float4*>(my_sdq + fragment + n * 128) =
+            make_float4(rows[n][0], rows[n][1], rows[n][2], rows[n][3]);
+      wgmma::fence_async_shared();  // the values, written through the generic proxy, to the copy engine
+      named_barrier_sync(1 + wg, 128);
+      if (dq_issuer) {
+        bulk_add_f32(a.dq + dq_tile_offset(b, at.head, at.tile, wg, a.H, a.T, D), smem_addr(my_sdq),
+                     kQueryRows * kHalf * 4);
+        bulk_commit();
+      }
+    }
   };
   float dq[kHalf / 8][4];
 
@@ -662,6 +700,9 @@ __global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const 
     wgmma::keep(dk);
     add_dq_of(dq, before, true);
   }
+  if constexpr (kDq == DqAdd::FragmentBulk) {
+    if (dq_issuer) bulk_wait<0>();  // the reductions have read the buffer before the CTA's shared memory goes
+  }
   store_dk_dv<D>(a, dk, dv, row0, key_first + kr, kvh, tig);
 #endif  // RETORT_WGMMA_AVAILABLE
 }
@@ -721,9 +762,10 @@ bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
 #endif
 }
 
-bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t stream) {
+bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t stream, DqLayout* layout) {
 #if defined(RETORT_CUDA_SM90A)
   if (!hopper()) return false;
+  *layout = DqLayout::Rows;  // the lockstep kernels'
   const auto launch = [&](auto kernel, int groups, int smem_bytes, auto... extra) {
     const int keys = 64 * groups;
     const dim3 grid(static_cast<unsigned>((a.T + keys - 1) / keys), static_cast<unsigned>(KV),
@@ -738,10 +780,12 @@ bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t st
     const int keys = 64 * groups;
     return (2 * keys + 4 * kQueryRows) * D * 2 + keys * kQueryRows * 2 + 4 * kQueryRows * 4 + 1024;
   };
-  // The pipelined kernel's: K and V of 128 keys, three stages of Q, dO, lse and Dvec, two buffers of dS^T, five
-  // barriers and the slack.
-  const int pipelined_bytes =
-      (256 + 6 * kQueryRows) * D * 2 + 2 * 128 * kQueryRows * 2 + 6 * kQueryRows * 4 + 5 * 8 + 1024;
+  // The pipelined kernel's: K and V of 128 keys, three stages of Q, dO, lse and Dvec, two buffers of dS^T, the dQ
+  // rows of a step (bulk), five barriers and the slack (231,976 bytes at head size 128, of 232,448).
+  const auto pipelined_bytes = [&](DqAdd dq) {
+    return (256 + 6 * kQueryRows) * D * 2 + 2 * 128 * kQueryRows * 2 +
+           (dq == DqAdd::FragmentBulk ? kQueryRows * D * 4 : 0) + 6 * kQueryRows * 4 + 5 * 8 + 1024;
+  };
   // The pipelined schedule unless RETORT_FLASH_BACKWARD_SCHEDULE=lockstep; RETORT_FLASH_BACKWARD_KEYS=64 asks for the
   // lockstep kernel with one warpgroup a CTA at head size 64 (three CTAs a multiprocessor, twice the dQ atomics).
   // Both switches are there to measure the kernels against each other (docs/benchmarks.md).
@@ -755,14 +799,30 @@ bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t st
       launch(wgmma_backward_kernel<128, 2>, 2, lockstep_bytes(2));
     else
       launch(wgmma_backward_kernel<64, 2>, 2, lockstep_bytes(2));
-  } else if (D == 128) {
-    launch(wgmma_backward_pipelined_kernel<128>, 2, pipelined_bytes);
   } else {
-    launch(wgmma_backward_pipelined_kernel<64>, 2, pipelined_bytes);
+    // dQ's additions (DqAdd): the bulk reductions at head size 128 and the 4-float atomics at 64, the faster of the
+    // three at each on an H200 (docs/benchmarks.md); RETORT_FLASH_BACKWARD_DQ=rows|atomics|bulk picks one, to measure
+    // them against each other.
+    const char* dq_choice = std::getenv("RETORT_FLASH_BACKWARD_DQ");
+    const std::string_view dq = dq_choice != nullptr ? dq_choice : D == 128 ? "bulk" : "atomics";
+    const auto run = [&](auto d_tag) {
+      constexpr int kD = decltype(d_tag)::value;
+      *layout = dq == "rows" ? DqLayout::Rows : DqLayout::Fragments;
+      if (dq == "rows")
+        launch(wgmma_backward_pipelined_kernel<kD, DqAdd::RowAtomics>, 2, pipelined_bytes(DqAdd::RowAtomics));
+      else if (dq == "bulk")
+        launch(wgmma_backward_pipelined_kernel<kD, DqAdd::FragmentBulk>, 2, pipelined_bytes(DqAdd::FragmentBulk));
+      else
+        launch(wgmma_backward_pipelined_kernel<kD, DqAdd::FragmentAtomics>, 2, pipelined_bytes(DqAdd::FragmentAtomics));
+    };
+    if (D == 128)
+      run(std::integral_constant<int, 128>{});
+    else
+      run(std::integral_constant<int, 64>{});
   }
   return true;
 #else
-  (void)a, (void)D, (void)B, (void)KV, (void)stream;
+  (void)a, (void)D, (void)B, (void)KV, (void)stream, (void)layout;
   return false;
 #endif
 }

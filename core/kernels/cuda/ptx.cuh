@@ -1,6 +1,7 @@
 #pragma once
 // PTX wrappers of the tensor-core kernels (flash attention, small_m_linear_mma.cu, attention_cache_mma.cu):
 // asynchronous 16- and 4-byte copies from global to shared memory, the shared-memory barriers that track them (Hopper),
+// the copy engine's bulk float32 reductions from shared into global memory and named barriers (Hopper),
 // ldmatrix, the bf16 mma.sync m16n8k16 with float32 accumulation, the special-function unit's 2^x, and the register
 // helpers of mma fragments.
 #include <cuda_bf16.h>
@@ -53,6 +54,37 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
   } while (done == 0);
+}
+// Four float32 added into global memory at p (16-byte aligned) as one reduction.
+__device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+// `bytes` (a multiple of 16) of float32 at shared address src added element by element into global memory at dst (16-
+// byte aligned) by the copy engine (a bulk reduction: the L2 sees whole lines, not one request per thread and pair).
+// It reads shared memory asynchronously: the writes it carries are fenced with fence.proxy.async.shared::cta first,
+// and the source is rewritten only after bulk_wait_read.
+__device__ __forceinline__ void bulk_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+// Closes this thread's bulk operations issued since the last commit into a group.
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Waits until at most kPending of this thread's bulk groups still read their shared-memory source.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+// Waits until at most kPending of this thread's bulk groups are still running (their writes included).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+// The `threads` threads (a multiple of 32, whole warps) that name barrier `id` (1-15; 0 is __syncthreads') meet.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 #endif
 

@@ -360,7 +360,8 @@ struct ScopedEnv {
 // RETORT_FLASH_BACKWARD=mma) give the same output, log-sum-exp and gradients up to the order of their float32 sums
 // and bf16 roundings, on lengths that end inside a tile, both head sizes (at 64 both key tiles of each kernel) and
 // grouped-query ratios of 1 and 4; so do the wgmma kernels' other schedules (pipelined or lockstep on shared-memory
-// or CTA barriers). On other GPUs every run takes mma.sync.
+// or CTA barriers) and each way the pipelined backward adds dQ (atomics in the gradient's row order or in the
+// registers' order, or the copy engine's bulk reductions). On other GPUs every run takes mma.sync.
 TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
   SKIP_WITHOUT_GPU();
   for (const Dims d : {Dims{2, 333, 8, 2, 128}, Dims{1, 1000, 4, 1, 64}, Dims{3, 129, 2, 2, 64}}) {
@@ -380,6 +381,10 @@ TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
       ScopedEnv backward_schedule("RETORT_FLASH_BACKWARD_SCHEDULE", "lockstep"),
           forward_schedule("RETORT_FLASH_FORWARD_SCHEDULE", d.D == 128 ? "lockstep" : "pipelined");
       runs.emplace_back("the other schedules", run_flash(d, in, false));
+    }
+    for (const char* dq : {"rows", "atomics", "bulk"}) {  // each way the pipelined backward adds dQ
+      ScopedEnv dq_layout("RETORT_FLASH_BACKWARD_DQ", dq);
+      runs.emplace_back(std::string("dQ in ") + dq, run_flash(d, in, false));
     }
     for (const auto& [name, hopper] : runs) {
       const std::string tag = d.str() + " " + name;

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The pipelined backward's dQ rows through shared memory into one bulk reduction a row (this build only, replaced in
+# run3.sh) against every thread's atomics (RETORT_FLASH_BACKWARD_DQ=atomics then): the flash tests, both in one
+# binary at the nine shapes (two rounds, alternating), SDPA in the same call.
+cd "$(dirname "$0")/.."
+RES=/tmp/r2; mkdir -p $RES; trap 'tar czf $OUT/results.tgz -C /tmp r2' EXIT
+tar xJf gpu/fb2.tar.xz -C gpu; b=$PWD/gpu/fb2; export LD_LIBRARY_PATH=$b/devlibs
+export RETORT_COMMIT=$(cat gpu/commit.txt)
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $RES/gpu.txt
+timeout 200 $b/retort_core_tests --gtest_filter='CudaFlashAttention.*:CudaAttention.*' > $RES/tests.log 2>&1
+echo "tests rc $?: $(grep -c '^\[       OK' $RES/tests.log) ok"; grep -E "FAILED|Failure|Which is|error" $RES/tests.log | head -12
+S=16x1024x32x8x128,8x2048x32x8x128,4x4096x32x8x128,16x1024x32x8x64,8x2048x32x8x64,4x4096x32x8x64,16x1024x12x12x64,8x2048x12x12x64,4x4096x12x12x64
+for round in 1 2; do for v in bulk atomics; do
+  env RETORT_FLASH_BACKWARD_DQ=$v timeout 120 $b/bench_attention --device cuda --dtype bf16 --shapes $S --repeats 5 --paths flash --json $RES/$v-r$round.jsonl 2>&1 | grep -v '^{' | sed "s/^/$v$round /"
+done; done
+mkdir -p $b/bench && ln -sf $b/bench_attention $b/bench/bench_attention
+PATHS=flash REPEATS=5 timeout 300 bench/run_attention_bench.sh $b $RES/attention > $RES/attention.log 2>&1; echo "attention bench rc $?"
+cat $RES/attention/table.md

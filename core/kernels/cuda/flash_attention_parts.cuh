@@ -1,6 +1,7 @@
 #pragma once
 // What the fused attention's two forward kernels (mma.sync in flash_attention.cu, wgmma in
 // flash_attention_wgmma.cu) and its backward share: the forward's arguments, fragment packing, and quad reductions.
+#include <cuda.h>  // CUtensorMap (a type only: nothing links the driver library)
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -25,6 +26,13 @@ struct ForwardArgs {
   float* lse;  // [B, H, T]
   int T, H, group;
   float scale_log2;  // log2(e) / sqrt(D): scores in base 2
+};
+
+// The forward's operands as TMA tensor maps (Q [B, T, H D], K and V [B, T, KV D] in their row strides, boxes of 64
+// columns by a tile's rows, 128-byte swizzle), for the kernel that loads them with the copy engine; unused (zeros) by
+// the others.
+struct ForwardMaps {
+  CUtensorMap q, k, v;
 };
 
 struct BackwardArgs {

@@ -12,11 +12,14 @@
 // read MN-major from shared memory (the transpose bit), so P never touches shared memory. The products of P V trail by
 // one tile: tile j issues S_j and then P_{j-1} V_{j-1}, and turns S_j into P_j while the tensor cores run the second;
 // the two warpgroups take turns issuing a tile's products, so one's softmax runs under the other's. Q, K and V sit in
-// shared memory as 128-byte-swizzled panels (wgmma.cuh), filled with cp.async one tile ahead. Two schedules: the
-// pipelined one (head size 128) keeps K and V in three stages, each thread's copies arriving on a shared-memory
-// barrier and each stage released on another once every thread has read it, so the warpgroups never meet at a CTA
-// barrier; the lockstep one (head size 64) has two stages of K and three of V (V_{j-1} is read while V_{j+1} loads)
-// and a CTA barrier a tile.
+// shared memory as 128-byte-swizzled panels (wgmma.cuh), filled one tile ahead. Two schedules: the pipelined one keeps
+// K and V in three stages whose loads arrive on a shared-memory barrier, each stage released on another once every
+// thread has read it, so the warpgroups never meet at a CTA barrier; by default one thread loads each tile with the
+// copy engine (TMA: a tensor map's 64-column boxes land in exactly that swizzled layout, and count their bytes on the
+// barrier), else every thread issues cp.async copies. The lockstep one has two stages of K and three of V (V_{j-1} is
+// read while V_{j+1} loads), cp.async, and a CTA barrier a tile.
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+
 #include <cstdlib>
 #include <string_view>
 
@@ -59,9 +62,13 @@ __device__ __forceinline__ void load_swizzled(bf16* tile, const bf16* src, int64
 // kBlocks CTAs a multiprocessor: 2 for the 64-key tiles at head size 64, whose accumulators fit in 128 registers.
 // kPipelined: K and V in three stages whose copies each thread signals on a shared-memory barrier, and released on a
 // second one once read, so the warpgroups never meet at a CTA barrier; else two stages of K, a CTA barrier a tile.
-template <int D, int kKeys, int kBlocks, bool kPipelined>
-__global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const ForwardArgs a) {
+// kTma (pipelined only): thread 0 loads Q and each tile of K and V with the copy engine from the tensor maps
+// `maps`, which count their bytes on the stage's barrier, so no other thread issues a copy.
+template <int D, int kKeys, int kBlocks, bool kPipelined, bool kTma = false>
+__global__ void __launch_bounds__(kThreads, kBlocks)
+    wgmma_forward_kernel(const ForwardArgs a, const __grid_constant__ ForwardMaps maps) {
 #if defined(RETORT_WGMMA_AVAILABLE)
+  static_assert(kPipelined || !kTma);
   constexpr int kKStages = kPipelined ? 3 : 2;
   extern __shared__ unsigned char smem_raw[];
   // Swizzled operands start on 1024 bytes (the launch asks for the slack).
@@ -86,18 +93,38 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
   if constexpr (kPipelined) {
     if (threadIdx.x == 0)
       for (int st = 0; st < 3; ++st) {
-        mbarrier_init(full + 8 * st, kThreads);
+        mbarrier_init(full + 8 * st, kTma ? 1 : kThreads);
         mbarrier_init(empty + 8 * st, kThreads);
       }
     __syncthreads();  // the barriers are set up
   }
-  load_swizzled<D, kRows>(sq, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride, a.T - q0);
-  load_swizzled<D, kKeys>(sk, kbase, a.k_stride, a.T);
-  load_swizzled<D, kKeys>(sv, vbase, a.v_stride, a.T);
-  if constexpr (kPipelined) {
-    cp_async_arrive(full);  // also covers Q
+  // TMA: K_j and V_j into stage st, panel by panel (64 columns each, the swizzled tile's panels), and the bytes the
+  // stage's barrier then expects (with Q's on the first).
+  const auto tma_tile = [&](int j, int st, uint32_t extra_bytes) {
+    const uint32_t bar = full + 8 * st;
+    mbarrier_expect_tx(bar, 2 * kKeys * D * 2 + extra_bytes);
+#pragma unroll
+    for (int p = 0; p < D / 64; ++p) {
+      tma_load_3d(smem_addr(sk + st * kKeys * D + p * kKeys * 64), &maps.k, kvh * D + p * 64, j * kKeys, b, bar);
+      tma_load_3d(smem_addr(sv + st * kKeys * D + p * kKeys * 64), &maps.v, kvh * D + p * 64, j * kKeys, b, bar);
+    }
+  };
+  if constexpr (kTma) {
+    if (threadIdx.x == 0) {
+      tma_tile(0, 0, kRows * D * 2);
+#pragma unroll
+      for (int p = 0; p < D / 64; ++p)
+        tma_load_3d(smem_addr(sq + p * kRows * 64), &maps.q, h * D + p * 64, q0, b, full);
+    }
   } else {
-    cp_async_commit();
+    load_swizzled<D, kRows>(sq, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride, a.T - q0);
+    load_swizzled<D, kKeys>(sk, kbase, a.k_stride, a.T);
+    load_swizzled<D, kKeys>(sv, vbase, a.v_stride, a.T);
+    if constexpr (kPipelined) {
+      cp_async_arrive(full);  // also covers Q
+    } else {
+      cp_async_commit();
+    }
   }
 
   float o[D / 8][4];
@@ -122,7 +149,15 @@ __global__ void __launch_bounds__(kThreads, kBlocks) wgmma_forward_kernel(const 
   };
   // Waits for tile j's copies and starts tile j + 1's.
   auto stage_in = [&](int j) {
-    if constexpr (kPipelined) {
+    if constexpr (kTma) {
+      // Tile j + 1 goes where tile j - 2 was, once every thread has released it; thread 0 issues it.
+      if (j + 1 < tiles && threadIdx.x == 0) {
+        const int st = (j + 1) % 3;
+        if (j >= 2) mbarrier_wait(empty + 8 * st, ((j - 2) / 3) & 1);
+        tma_tile(j + 1, st, 0);
+      }
+      mbarrier_wait(full + 8 * (j % 3), (j / 3) & 1);
+    } else if constexpr (kPipelined) {
       // Tile j + 1 goes where tile j - 2 was, once every thread has released it (after its P V, in tile j - 1).
       if (j + 1 < tiles) {
         const int st = (j + 1) % 3, k1 = (j + 1) * kKeys;
@@ -722,38 +757,84 @@ bool hopper() {
 }  // namespace
 #endif
 
+#if defined(RETORT_CUDA_SM90A)
+namespace {
+// The driver's cuTensorMapEncodeTiled (through the runtime, so nothing links the driver library), once a process.
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    RETORT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    return found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f) : nullptr;
+  }();
+  return fn;
+}
+
+// A map of the bf16 tensor [B, T, cols] at `base` (rows `stride` elements apart) in boxes of 64 columns by `rows`
+// rows with the 128-byte swizzle; false where the driver or the operand's alignment does not allow one.
+bool tensor_map(CUtensorMap* map, const bf16* base, int64_t stride, int64_t cols, int T, int B, int rows) {
+  const auto encode = encode_tiled();
+  if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || stride % 8 != 0) return false;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(T), static_cast<cuuint64_t>(B)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(stride) * 2, static_cast<cuuint64_t>(stride) * 2 * T};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(rows), 1}, steps[3] = {1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(base), dims, strides, box, steps,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+}  // namespace
+#endif
+
 bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
 #if defined(RETORT_CUDA_SM90A)
   if (!hopper()) return false;
   const dim3 grid(static_cast<unsigned>((a.T + kRows - 1) / kRows), static_cast<unsigned>(a.H),
                   static_cast<unsigned>(B));
-  // The pipelined schedule at head size 128 (12-15% faster than the lockstep one at T = 2048 and 4096 on an H200) and
-  // the lockstep one at 64 (its 64-key tiles, two CTAs a multiprocessor, were 0-4% slower pipelined);
-  // RETORT_FLASH_FORWARD_SCHEDULE=lockstep|pipelined picks one, to measure them against each other
-  // (docs/benchmarks.md).
-  const char* schedule = std::getenv("RETORT_FLASH_FORWARD_SCHEDULE");
-  const bool lockstep = schedule != nullptr ? std::string_view(schedule) == "lockstep" : D != 128;
+  ForwardMaps maps{};
   auto launch = [&](auto kernel, int keys, bool pipelined) {
     // Q, 2 or 3 stages of K, 3 of V, six barriers, the slack to align.
     const int smem_bytes = (kRows + (pipelined ? 6 : 5) * keys) * D * 2 + (pipelined ? 48 : 0) + 1024;
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    kernel<<<grid, kThreads, smem_bytes, stream>>>(a);
+    kernel<<<grid, kThreads, smem_bytes, stream>>>(a, maps);
     RETORT_CUDA_CHECK_LAUNCH();
   };
-  // Keys a tile: 128 at head size 128; at 64, 64-key tiles with two CTAs a multiprocessor unless
-  // RETORT_FLASH_FORWARD_KEYS=128 asks for the 128-key tiles (one CTA), to measure them against each other.
-  const char* keys_choice = std::getenv("RETORT_FLASH_FORWARD_KEYS");
+  const auto env_is = [](const char* name, std::string_view value) {
+    const char* set = std::getenv(name);
+    return set != nullptr && std::string_view(set) == value;
+  };
+  // The pipelined schedule with the copy engine's loads (TMA), 128-key tiles at head size 128 and 64-key tiles with
+  // two CTAs a multiprocessor at 64, where the operands allow the tensor maps: 5-7% faster than every thread's
+  // cp.async at 128 and 5-8% than the lockstep schedule at 64 on an H200 (docs/benchmarks.md). To measure the kernels
+  // against each other, RETORT_FLASH_FORWARD_SCHEDULE=pipelined (cp.async from every thread) or lockstep picks another
+  // schedule, and RETORT_FLASH_FORWARD_KEYS=128 the lockstep kernel's 128-key tiles at head size 64.
+  const bool pipelined = env_is("RETORT_FLASH_FORWARD_SCHEDULE", "pipelined");
+  const bool lockstep = env_is("RETORT_FLASH_FORWARD_SCHEDULE", "lockstep");
+  const bool keys_128 = D == 64 && env_is("RETORT_FLASH_FORWARD_KEYS", "128");
+  if (!pipelined && !lockstep && !keys_128) {
+    const int KVD = a.H / a.group * D, keys = D == 128 ? 128 : 64;
+    if (tensor_map(&maps.q, a.q, a.q_stride, a.H * D, a.T, B, kRows) &&
+        tensor_map(&maps.k, a.k, a.k_stride, KVD, a.T, B, keys) &&
+        tensor_map(&maps.v, a.v, a.v_stride, KVD, a.T, B, keys)) {
+      if (D == 128)
+        launch(wgmma_forward_kernel<128, 128, 1, true, true>, 128, true);
+      else
+        launch(wgmma_forward_kernel<64, 64, 2, true, true>, 64, true);
+      return true;
+    }
+  }
+  // Without the maps: the cp.async schedules, pipelined at head size 128 (12-15% faster than lockstep at T = 2048 and
+  // 4096) and lockstep at 64 (pipelined was 0-4% slower there).
   if (D == 128) {
     if (lockstep)
       launch(wgmma_forward_kernel<128, 128, 1, false>, 128, false);
     else
       launch(wgmma_forward_kernel<128, 128, 1, true>, 128, true);
-  } else if (keys_choice != nullptr && std::string_view(keys_choice) == "128") {
+  } else if (keys_128) {
     launch(wgmma_forward_kernel<64, 128, 1, false>, 128, false);
-  } else if (lockstep) {
-    launch(wgmma_forward_kernel<64, 64, 2, false>, 64, false);
-  } else {
+  } else if (pipelined) {
     launch(wgmma_forward_kernel<64, 64, 2, true>, 64, true);
+  } else {
+    launch(wgmma_forward_kernel<64, 64, 2, false>, 64, false);
   }
   return true;
 #else

@@ -59,6 +59,20 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d) {
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
+// One arrival on a barrier that also expects `bytes` more from the copy engine before its phase completes.
+__device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// The box of a 3-D tensor map (a __grid_constant__ kernel parameter's address) at element coordinates (x, y, z) into
+// shared memory at dst, laid out and swizzled as the map says, by the copy engine (TMA), which counts its bytes on
+// barrier `bar`; coordinates past the tensor's end read as zeros.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int x, int y, int z, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar)
+      : "memory");
+}
 // `bytes` (a multiple of 16) of float32 at shared address src added element by element into global memory at dst (16-
 // byte aligned) by the copy engine (a bulk reduction: the L2 sees whole lines, not one request per thread and pair).
 // It reads shared memory asynchronously: the writes it carries are fenced with fence.proxy.async.shared::cta first,

@@ -360,7 +360,8 @@ struct ScopedEnv {
 // RETORT_FLASH_BACKWARD=mma) give the same output, log-sum-exp and gradients up to the order of their float32 sums
 // and bf16 roundings, on lengths that end inside a tile, both head sizes (at 64 both key tiles of each kernel) and
 // grouped-query ratios of 1 and 4; so do the wgmma kernels' other schedules (pipelined or lockstep on shared-memory
-// or CTA barriers) and each way the pipelined backward adds dQ (atomics in the gradient's row order or in the
+// or CTA barriers; the forward's loads by the copy engine or by every thread) and each way the
+// pipelined backward adds dQ (atomics in the gradient's row order or in the
 // registers' order, or the copy engine's bulk reductions). On other GPUs every run takes mma.sync.
 TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
   SKIP_WITHOUT_GPU();
@@ -377,10 +378,14 @@ TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
       ScopedEnv forward_keys("RETORT_FLASH_FORWARD_KEYS", "128"), backward_keys("RETORT_FLASH_BACKWARD_KEYS", "64");
       runs.emplace_back("the other key tiles", run_flash(d, in, false));
     }
-    {  // the other schedule of each wgmma kernel: lockstep backward, and the forward's other one at this head size
+    {  // the other schedule of each wgmma kernel: lockstep backward and forward
       ScopedEnv backward_schedule("RETORT_FLASH_BACKWARD_SCHEDULE", "lockstep"),
-          forward_schedule("RETORT_FLASH_FORWARD_SCHEDULE", d.D == 128 ? "lockstep" : "pipelined");
+          forward_schedule("RETORT_FLASH_FORWARD_SCHEDULE", "lockstep");
       runs.emplace_back("the other schedules", run_flash(d, in, false));
+    }
+    {  // the forward's loads by every thread instead of the copy engine
+      ScopedEnv forward_schedule("RETORT_FLASH_FORWARD_SCHEDULE", "pipelined");
+      runs.emplace_back("the forward's loads by every thread", run_flash(d, in, false));
     }
     for (const char* dq : {"rows", "atomics", "bulk"}) {  // each way the pipelined backward adds dQ
       ScopedEnv dq_layout("RETORT_FLASH_BACKWARD_DQ", dq);

@@ -35,6 +35,13 @@ struct ForwardMaps {
   CUtensorMap q, k, v;
 };
 
+// The backward's operands as TMA tensor maps for the kernel that loads them with the copy engine (unused, zeros, by the
+// others): Q and dO [B, T, H D], K and V [B, T, KV D] in their row strides, boxes of 64 columns by a tile's rows with
+// the 128-byte swizzle; lse and Dvec [B H, T] float32, boxes of a tile's rows.
+struct BackwardMaps {
+  CUtensorMap q, dout, k, v, lse, dvec;
+};
+
 struct BackwardArgs {
   const bf16 *q, *k, *v, *dout;
   int64_t q_stride, k_stride, v_stride, dout_stride;

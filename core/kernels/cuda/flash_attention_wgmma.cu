@@ -330,7 +330,8 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
 // Two schedules. The lockstep one (wgmma_backward_kernel): Q, dO, lse and Dvec double-buffered with cp.async, and two
 // CTA barriers a step (the step's copies are in; dS^T is whole), so both warpgroups run their softmax at the same
 // time while the tensor cores wait. The pipelined one (wgmma_backward_pipelined_kernel, two warpgroups): three stages
-// whose arrival each thread's copies signal on a shared-memory barrier, dQ's product for step i - 1 issued at the
+// whose arrival a shared-memory barrier tracks (loaded by the copy engine from tensor maps, one thread issuing them,
+// where the operands allow the maps, else by every thread's cp.async), dQ's product for step i - 1 issued at the
 // start of step i (so a warpgroup waits only for the other's half of dS^T from the step before, on a second pair of
 // barriers), so one warpgroup's softmax can run under the other's products. (Making the warpgroups take turns
 // issuing each batch of products, as the forward's do, was no faster: docs/benchmarks.md.)
@@ -574,8 +575,11 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
 // in the Fragments order, as one bulk reduction of the copy engine.
 enum class DqAdd { RowAtomics, FragmentAtomics, FragmentBulk };
 
-template <int D, DqAdd kDq>
-__global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const BackwardArgs a) {
+// kTma: thread 0 loads K and V and each step's Q, dO, lse and Dvec with the copy engine from the tensor maps `maps`,
+// which count their bytes on the stage's barrier; else every thread issues cp.async copies.
+template <int D, DqAdd kDq, bool kTma = false>
+__global__ void __launch_bounds__(256, 1)
+    wgmma_backward_pipelined_kernel(const BackwardArgs a, const __grid_constant__ BackwardMaps maps) {
 #if defined(RETORT_WGMMA_AVAILABLE)
   constexpr int kKeyRows = 128, kThreadsT = 256, kHalf = D / 2, kStages = 3;
   using Step = BackwardStep<D, kKeyRows>;
@@ -605,24 +609,52 @@ __global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const 
   const int steps = walk.steps;
 
   if (threadIdx.x == 0) {
-    for (int st = 0; st < kStages; ++st) mbarrier_init(full + 8 * st, kThreadsT);
+    for (int st = 0; st < kStages; ++st) mbarrier_init(full + 8 * st, kTma ? 1 : kThreadsT);
     for (int buf = 0; buf < 2; ++buf) mbarrier_init(ds_whole + 8 * buf, kThreadsT);
   }
   __syncthreads();  // the barriers are set up
 
-  // The copies of a step at `at` into `stage`, and every thread's arrival on the stage's barrier once they land.
-  const auto load_step = [&](BackwardWalk::Position at, int stage) {
-    load_backward_step<D, kQueryRows>(a, at.head, at.tile * kQueryRows, b, row0, stage, sq, sdo, slse, sdvec,
-                                      [](bf16* tile, const bf16* src, int64_t stride, int valid) {
-                                        load_swizzled<D, kQueryRows, kThreadsT>(tile, src, stride, valid);
-                                      });
-    cp_async_arrive(full + 8 * stage);
+  // The copies of a step at `at` into `stage`: TMA from thread 0 (the caller's), `extra` more bytes expected on the
+  // barrier; else every thread's cp.async and its arrival on the stage's barrier once they land.
+  constexpr uint32_t kStepBytes = 2 * kQueryRows * D * 2 + 2 * kQueryRows * 4;
+  const auto load_step = [&](BackwardWalk::Position at, int stage, uint32_t extra = 0) {
+    const int q0 = at.tile * kQueryRows;
+    if constexpr (kTma) {
+      const uint32_t bar = full + 8 * stage;
+      mbarrier_expect_tx(bar, kStepBytes + extra);
+#pragma unroll
+      for (int p = 0; p < D / 64; ++p) {
+        const int col = at.head * D + p * 64, off = stage * kQueryRows * D + p * kQueryRows * 64;
+        tma_load_3d(smem_addr(sq + off), &maps.q, col, q0, b, bar);
+        tma_load_3d(smem_addr(sdo + off), &maps.dout, col, q0, b, bar);
+      }
+      tma_load_2d(smem_addr(slse + stage * kQueryRows), &maps.lse, q0, b * a.H + at.head, bar);
+      tma_load_2d(smem_addr(sdvec + stage * kQueryRows), &maps.dvec, q0, b * a.H + at.head, bar);
+    } else {
+      load_backward_step<D, kQueryRows>(a, at.head, q0, b, row0, stage, sq, sdo, slse, sdvec,
+                                        [](bf16* tile, const bf16* src, int64_t stride, int valid) {
+                                          load_swizzled<D, kQueryRows, kThreadsT>(tile, src, stride, valid);
+                                        });
+      cp_async_arrive(full + 8 * stage);
+    }
   };
-  Step::load_keys(a, sk, sv, row0, k0, kvh);
   // Steps i - 1, i and i + 1 of the walk, moved along once a step (the divisions of BackwardWalk::head cost more than
   // the step's address math).
   BackwardWalk::Position before = walk.start(), now = walk.start(), after = walk.next(walk.start());
-  if (steps > 0) load_step(now, 0);  // its arrival also covers K and V
+  if constexpr (kTma) {
+    if (threadIdx.x == 0 && steps > 0) {  // K and V count on the first stage's barrier
+#pragma unroll
+      for (int p = 0; p < D / 64; ++p) {
+        const int col = kvh * D + p * 64, off = p * kKeyRows * 64;
+        tma_load_3d(smem_addr(sk + off), &maps.k, col, k0, b, full);
+        tma_load_3d(smem_addr(sv + off), &maps.v, col, k0, b, full);
+      }
+      load_step(now, 0, 2 * kKeyRows * D * 2);
+    }
+  } else {
+    Step::load_keys(a, sk, sv, row0, k0, kvh);
+    if (steps > 0) load_step(now, 0);  // its arrival also covers K and V
+  }
 
   float dk[D / 8][4], dv[D / 8][4];
   Step::zero(dk);
@@ -689,7 +721,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_backward_pipelined_kernel(const 
     // Step i + 1's copies into the stage step i - 2 used: every thread of both warpgroups is past it (this one
     // waited for the other's dS^T of step i - 1, stored after its step i - 2 products were done).
     const int next_stage = stage == kStages - 1 ? 0 : stage + 1;
-    if (i + 1 < steps) load_step(after, next_stage);
+    if (i + 1 < steps && (!kTma || threadIdx.x == 0)) load_step(after, next_stage);
     wgmma::wait<1>();  // dQ of step i - 1 (and dV, dK of step i - 1) are in; S^T and dP^T may still run
     wgmma::keep(dq);
     add_dq_of(dq, before, i > 0);
@@ -780,6 +812,19 @@ bool tensor_map(CUtensorMap* map, const bf16* base, int64_t stride, int64_t cols
   const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(rows), 1}, steps[3] = {1, 1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(base), dims, strides, box, steps,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// A map of the float32 rows [heads, T] at `base` in boxes of `rows` values of one row; false where the driver or the
+// alignment (T a multiple of 4) does not allow one.
+bool row_map(CUtensorMap* map, const float* base, int T, int heads, int rows) {
+  const auto encode = encode_tiled();
+  if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || T % 4 != 0) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(T), static_cast<cuuint64_t>(heads)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(T) * 4};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(rows), 1}, steps[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dims, strides, box, steps,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 }  // namespace
@@ -886,15 +931,38 @@ bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t st
     // them against each other.
     const char* dq_choice = std::getenv("RETORT_FLASH_BACKWARD_DQ");
     const std::string_view dq = dq_choice != nullptr ? dq_choice : D == 128 ? "bulk" : "atomics";
-    const auto run = [&](auto d_tag) {
+    // The loads by the copy engine (TMA) where the operands allow the maps (T a multiple of 4 for lse's and Dvec's;
+    // 1.5-3.5% faster than every thread's cp.async on an H200, docs/benchmarks.md), unless
+    // RETORT_FLASH_BACKWARD_LOADS=cp.async asks for those (to measure them against each other).
+    const char* loads_choice = std::getenv("RETORT_FLASH_BACKWARD_LOADS");
+    BackwardMaps maps{};
+    const int KVD = KV * D;
+    const bool tma = (loads_choice == nullptr || std::string_view(loads_choice) != "cp.async") &&
+                     tensor_map(&maps.q, a.q, a.q_stride, a.H * D, a.T, B, kQueryRows) &&
+                     tensor_map(&maps.dout, a.dout, a.dout_stride, a.H * D, a.T, B, kQueryRows) &&
+                     tensor_map(&maps.k, a.k, a.k_stride, KVD, a.T, B, 128) &&
+                     tensor_map(&maps.v, a.v, a.v_stride, KVD, a.T, B, 128) &&
+                     row_map(&maps.lse, a.lse, a.T, B * a.H, kQueryRows) &&
+                     row_map(&maps.dvec, a.dvec, a.T, B * a.H, kQueryRows);
+    const auto pick = [&](auto d_tag, auto dq_tag, auto tma_tag) {
       constexpr int kD = decltype(d_tag)::value;
+      constexpr DqAdd kDq = decltype(dq_tag)::value;
+      launch(wgmma_backward_pipelined_kernel<kD, kDq, decltype(tma_tag)::value>, 2, pipelined_bytes(kDq), maps);
+    };
+    const auto with_loads = [&](auto d_tag, auto dq_tag) {
+      if (tma)
+        pick(d_tag, dq_tag, std::true_type{});
+      else
+        pick(d_tag, dq_tag, std::false_type{});
+    };
+    const auto run = [&](auto d_tag) {
       *layout = dq == "rows" ? DqLayout::Rows : DqLayout::Fragments;
       if (dq == "rows")
-        launch(wgmma_backward_pipelined_kernel<kD, DqAdd::RowAtomics>, 2, pipelined_bytes(DqAdd::RowAtomics));
+        with_loads(d_tag, std::integral_constant<DqAdd, DqAdd::RowAtomics>{});
       else if (dq == "bulk")
-        launch(wgmma_backward_pipelined_kernel<kD, DqAdd::FragmentBulk>, 2, pipelined_bytes(DqAdd::FragmentBulk));
+        with_loads(d_tag, std::integral_constant<DqAdd, DqAdd::FragmentBulk>{});
       else
-        launch(wgmma_backward_pipelined_kernel<kD, DqAdd::FragmentAtomics>, 2, pipelined_bytes(DqAdd::FragmentAtomics));
+        with_loads(d_tag, std::integral_constant<DqAdd, DqAdd::FragmentAtomics>{});
     };
     if (D == 128)
       run(std::integral_constant<int, 128>{});

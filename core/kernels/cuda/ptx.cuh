@@ -73,6 +73,14 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int x
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar)
       : "memory");
 }
+// The same for a 2-D tensor map at (x, y).
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int x, int y, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
 // `bytes` (a multiple of 16) of float32 at shared address src added element by element into global memory at dst (16-
 // byte aligned) by the copy engine (a bulk reduction: the L2 sees whole lines, not one request per thread and pair).
 // It reads shared memory asynchronously: the writes it carries are fenced with fence.proxy.async.shared::cta first,

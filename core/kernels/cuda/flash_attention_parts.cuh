@@ -1,6 +1,7 @@
 #pragma once
 // What the fused attention's two forward kernels (mma.sync in flash_attention.cu, wgmma in
-// flash_attention_wgmma.cu) and its backward share: the forward's arguments, fragment packing, and quad reductions.
+// flash_attention_wgmma.cu) and its backward share: the arguments (and the wgmma kernels' tensor maps), fragment
+// packing, quad reductions, the dQ accumulator's layouts and the backward's walk.
 #include <cuda.h>  // CUtensorMap (a type only: nothing links the driver library)
 #include <cuda_bf16.h>
 

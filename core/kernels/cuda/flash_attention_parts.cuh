@@ -43,6 +43,15 @@ struct BackwardMaps {
   CUtensorMap q, dout, k, v, lse, dvec;
 };
 
+// The order in which the pipelined backward's CTAs walk their query tiles (BackwardArgs::walk).
+//   FromDiagonal: a query head's tiles from the one holding the first key's diagonal to the last, head after head.
+//   FromEnd: the tiles from the last back to the diagonal's, every head of the group on each tile (starting at a head
+//     rotated by the key tile) before the next. The CTAs of one key/value head start together on the same query rows
+//     and move through them at the same pace, so the dQ rows they add into at a time are few and stay in the L2,
+//     where additions run at about 2.5 times the rate of those that miss it (docs/benchmarks.md); so are the Q and dO
+//     tiles they read.
+enum class BackwardOrder : int { FromDiagonal = 0, FromEnd = 1, FromEndAligned = 2 };
+
 struct BackwardArgs {
   const bf16 *q, *k, *v, *dout;
   int64_t q_stride, k_stride, v_stride, dout_stride;
@@ -52,6 +61,7 @@ struct BackwardArgs {
   int64_t dk_stride, dv_stride;
   int T, H, group;
   float scale_log2, scale;
+  BackwardOrder walk = BackwardOrder::FromEnd;  // the pipelined kernels' (the others walk from the diagonal)
 };
 
 // Adds a warp's 16 x D block of dQ (C fragments, rows g and g + 8) into the float32 accumulator with 16-byte
@@ -100,22 +110,34 @@ __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&lo)[4], c
 
 // The backward's walk for a CTA holding the keys from k0 of key/value head kvh: step i takes query head
 // kvh * group + i / per_head and its 64-row query tile first_q_tile + i % per_head, from the tile holding the first
-// key's diagonal to the last (the tiles above the diagonal have P = 0).
+// key's diagonal to the last (the tiles above the diagonal have P = 0); Position steps through the same tiles in
+// BackwardArgs::walk's order.
 struct BackwardWalk {
-  int first_q_tile, per_head, steps, first_head;
-  __device__ BackwardWalk(const BackwardArgs& a, int kvh, int k0, int q_rows)
+  int first_q_tile, per_head, steps, first_head, group, start_head;
+  bool from_end;
+  __device__ BackwardWalk(const BackwardArgs& a, int kvh, int k0, int q_rows, int k_tile = 0)
       : first_q_tile(k0 / q_rows),
         per_head((a.T + q_rows - 1) / q_rows - k0 / q_rows),
         steps(a.group * ((a.T + q_rows - 1) / q_rows - k0 / q_rows)),
-        first_head(kvh * a.group) {}
+        first_head(kvh * a.group),
+        group(a.group),
+        start_head(kvh * a.group + (a.walk == BackwardOrder::FromEnd ? k_tile % a.group : 0)),
+        from_end(a.walk != BackwardOrder::FromDiagonal) {}
   __device__ int head(int i) const { return first_head + i / per_head; }
   __device__ int first_query(int i, int q_rows) const { return (first_q_tile + i % per_head) * q_rows; }
-  // A step's head and query tile, moved along step by step without the divisions of head() and first_query().
+  // A step's head and query tile, moved along step by step without divisions.
   struct Position {
     int head, tile;  // tile: the query tile's index
   };
-  __device__ Position start() const { return {first_head, first_q_tile}; }
+  __device__ Position start() const {
+    return from_end ? Position{start_head, first_q_tile + per_head - 1} : Position{first_head, first_q_tile};
+  }
   __device__ Position next(Position p) const {
+    if (from_end) {
+      if (++p.head == first_head + group) p.head = first_head;
+      if (p.head == start_head) --p.tile;
+      return p;
+    }
     return ++p.tile == first_q_tile + per_head ? Position{p.head + 1, first_q_tile} : p;
   }
 };

@@ -605,7 +605,7 @@ __global__ void __launch_bounds__(256, 1)
   const int key_first = k0 + 64 * wg;
   const int kr = 16 * (warp & 3) + g;
   const int64_t row0 = static_cast<int64_t>(b) * a.T;
-  const BackwardWalk walk(a, kvh, k0, kQueryRows);
+  const BackwardWalk walk(a, kvh, k0, kQueryRows, k_tile);
   const int steps = walk.steps;
 
   if (threadIdx.x == 0) {
@@ -888,9 +888,19 @@ bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
 #endif
 }
 
-bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t stream, DqLayout* layout) {
+bool backward_wgmma(const BackwardArgs& args, int D, int B, int KV, cudaStream_t stream, DqLayout* layout) {
 #if defined(RETORT_CUDA_SM90A)
   if (!hopper()) return false;
+  // The pipelined kernels walk the query tiles from the end (BackwardOrder) unless RETORT_FLASH_BACKWARD_WALK=diagonal
+  // (or =aligned: from the end, every CTA starting on the group's first head) asks for another order, to measure them
+  // against each other (docs/benchmarks.md).
+  BackwardArgs a = args;
+  if (const char* walk = std::getenv("RETORT_FLASH_BACKWARD_WALK"); walk != nullptr) {
+    const std::string_view w = walk;
+    a.walk = w == "diagonal"  ? BackwardOrder::FromDiagonal
+             : w == "aligned" ? BackwardOrder::FromEndAligned
+                              : BackwardOrder::FromEnd;
+  }
   *layout = DqLayout::Rows;  // the lockstep kernels'
   const auto launch = [&](auto kernel, int groups, int smem_bytes, auto... extra) {
     const int keys = 64 * groups;
@@ -971,7 +981,7 @@ bool backward_wgmma(const BackwardArgs& a, int D, int B, int KV, cudaStream_t st
   }
   return true;
 #else
-  (void)a, (void)D, (void)B, (void)KV, (void)stream, (void)layout;
+  (void)args, (void)D, (void)B, (void)KV, (void)stream, (void)layout;
   return false;
 #endif
 }

@@ -571,10 +571,9 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
 }
 
 // How the pipelined backward adds a step's dQ into the accumulator: every thread its own pairs with atomics in Rows
-// (DqLayout); every thread its registers 4 at a time in Fragments; the warpgroup's share, written into shared memory
-// in the Fragments order, as one bulk reduction of the copy engine (the warpgroup meets twice a step around the
-// writes); or each warp's share (contiguous in that order) as its own bulk reduction, with no meeting beyond the warp.
-enum class DqAdd { RowAtomics, FragmentAtomics, FragmentBulk, WarpBulk };
+// (DqLayout); every thread its registers 4 at a time in Fragments; or the warpgroup's share, written into shared memory
+// in the Fragments order, as one bulk reduction of the copy engine.
+enum class DqAdd { RowAtomics, FragmentAtomics, FragmentBulk };
 
 // kTma: thread 0 loads K and V and each step's Q, dO, lse and Dvec with the copy engine from the tensor maps `maps`,
 // which count their bytes on the stage's barrier; else every thread issues cp.async copies.
@@ -591,8 +590,8 @@ __global__ void __launch_bounds__(256, 1)
   bf16* sdo = sq + kStages * kQueryRows * D;                               // kStages
   bf16* sds = sdo + kStages * kQueryRows * D;                              // 2 buffers of dS^T [key][query]
   float* sdq = reinterpret_cast<float*>(sds + 2 * kKeyRows * kQueryRows);  // dQ, 64 x kHalf a warpgroup (bulk)
-  float* slse = sdq + (kDq == DqAdd::FragmentBulk || kDq == DqAdd::WarpBulk ? kQueryRows * D : 0);  // kStages
-  float* sdvec = slse + kStages * kQueryRows;                                                       // kStages
+  float* slse = sdq + (kDq == DqAdd::FragmentBulk ? kQueryRows * D : 0);   // kStages
+  float* sdvec = slse + kStages * kQueryRows;                              // kStages
   // Barriers: a stage's copies are in (every thread's arrive once its own copies land), a buffer of dS^T is whole
   // (every thread's arrive once its part is stored).
   uint64_t* bars = reinterpret_cast<uint64_t*>(sdvec + kStages * kQueryRows);
@@ -683,23 +682,6 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
         for (int n = 0; n < kHalf / 8; ++n) red_add4(half + n * 128, rows[n][0], rows[n][1], rows[n][2], rows[n][3]);
       }
-    } else if constexpr (kDq == DqAdd::WarpBulk) {
-      if (!live) return;                      // uniform over the CTA
-      constexpr int kWarpShare = 16 * kHalf;  // floats: the warp's 16 rows of the warpgroup's columns
-      if (lane == 0) bulk_wait_read<0>();     // the last step's reduction has read the warp's buffer
-      __syncwarp();
-#pragma unroll
-      for (int n = 0; n < kHalf / 8; ++n)
-        *reinterpret_cast<float4*>(my_sdq + fragment + n * 128) =
-            make_float4(rows[n][0], rows[n][1], rows[n][2], rows[n][3]);
-      wgmma::fence_async_shared();  // the values, written through the generic proxy, to the copy engine
-      __syncwarp();
-      if (lane == 0) {
-        const int share = (warp & 3) * kWarpShare;
-        bulk_add_f32(a.dq + dq_tile_offset(b, at.head, at.tile, wg, a.H, a.T, D) + share, smem_addr(my_sdq + share),
-                     kWarpShare * 4);
-        bulk_commit();
-      }
     } else {
       if (!live) return;  // uniform over the CTA
       if (dq_issuer) bulk_wait_read<0>();
@@ -787,8 +769,6 @@ __global__ void __launch_bounds__(256, 1)
   }
   if constexpr (kDq == DqAdd::FragmentBulk) {
     if (dq_issuer) bulk_wait<0>();  // the reductions have read the buffer before the CTA's shared memory goes
-  } else if constexpr (kDq == DqAdd::WarpBulk) {
-    if (lane == 0) bulk_wait<0>();  // the reductions have read the buffer before the CTA's shared memory goes
   }
   store_dk_dv<D>(a, dk, dv, row0, key_first + kr, kvh, tig);
 #endif  // RETORT_WGMMA_AVAILABLE
@@ -940,8 +920,7 @@ bool backward_wgmma(const BackwardArgs& args, int D, int B, int KV, cudaStream_t
   // rows of a step (bulk), five barriers and the slack (231,976 bytes at head size 128, of 232,448).
   const auto pipelined_bytes = [&](DqAdd dq) {
     return (256 + 6 * kQueryRows) * D * 2 + 2 * 128 * kQueryRows * 2 +
-           (dq == DqAdd::FragmentBulk || dq == DqAdd::WarpBulk ? kQueryRows * D * 4 : 0) + 6 * kQueryRows * 4 + 5 * 8 +
-           1024;
+           (dq == DqAdd::FragmentBulk ? kQueryRows * D * 4 : 0) + 6 * kQueryRows * 4 + 5 * 8 + 1024;
   };
   // The pipelined schedule unless RETORT_FLASH_BACKWARD_SCHEDULE=lockstep; RETORT_FLASH_BACKWARD_KEYS=64 asks for the
   // lockstep kernel with one warpgroup a CTA at head size 64 (three CTAs a multiprocessor, twice the dQ atomics).
@@ -958,8 +937,8 @@ bool backward_wgmma(const BackwardArgs& args, int D, int B, int KV, cudaStream_t
       launch(wgmma_backward_kernel<64, 2>, 2, lockstep_bytes(2));
   } else {
     // dQ's additions (DqAdd): the bulk reductions at head size 128 and the 4-float atomics at 64, the faster of the
-    // three at each on an H200 (docs/benchmarks.md); RETORT_FLASH_BACKWARD_DQ=rows|atomics|bulk|warp-bulk picks one, to
-    // measure them against each other.
+    // three at each on an H200 (docs/benchmarks.md); RETORT_FLASH_BACKWARD_DQ=rows|atomics|bulk picks one, to measure
+    // them against each other.
     const char* dq_choice = std::getenv("RETORT_FLASH_BACKWARD_DQ");
     const std::string_view dq = dq_choice != nullptr ? dq_choice : D == 128 ? "bulk" : "atomics";
     // The loads by the copy engine (TMA) where the operands allow the maps (T a multiple of 4 for lse's and Dvec's;
@@ -992,8 +971,6 @@ bool backward_wgmma(const BackwardArgs& args, int D, int B, int KV, cudaStream_t
         with_loads(d_tag, std::integral_constant<DqAdd, DqAdd::RowAtomics>{});
       else if (dq == "bulk")
         with_loads(d_tag, std::integral_constant<DqAdd, DqAdd::FragmentBulk>{});
-      else if (dq == "warp-bulk")
-        with_loads(d_tag, std::integral_constant<DqAdd, DqAdd::WarpBulk>{});
       else
         with_loads(d_tag, std::integral_constant<DqAdd, DqAdd::FragmentAtomics>{});
     };

@@ -392,7 +392,7 @@ TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
           backward_loads("RETORT_FLASH_BACKWARD_LOADS", "cp.async");
       runs.emplace_back("the loads by every thread", run_flash(d, in, false));
     }
-    for (const char* dq : {"rows", "atomics", "bulk", "warp-bulk"}) {  // each way the pipelined backward adds dQ
+    for (const char* dq : {"rows", "atomics", "bulk"}) {  // each way the pipelined backward adds dQ
       ScopedEnv dq_layout("RETORT_FLASH_BACKWARD_DQ", dq);
       runs.emplace_back(std::string("dQ in ") + dq, run_flash(d, in, false));
     }

@@ -78,9 +78,10 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   // Pipelined: a stage's copies are in (every thread's arrival once its own land), a stage is read (every thread's).
   uint64_t* bars = reinterpret_cast<uint64_t*>(sv + 3 * kKeys * D);
   const uint32_t full = smem_addr(bars), empty = smem_addr(bars + 3);
-  // The longest rows (the last query tiles) start first, so the short ones fill the tail of the grid.
-  const int q_tile = gridDim.x - 1 - blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z, kvh = h / a.group;
+  // The longest rows (the last query tiles) start first, so the short ones fill the tail of the grid (ForwardArgs).
+  const int q_tile = a.longest_first ? gridDim.z - 1 - blockIdx.z : gridDim.x - 1 - blockIdx.x;
+  const int h = a.longest_first ? blockIdx.x : blockIdx.y, b = a.longest_first ? blockIdx.y : blockIdx.z;
+  const int kvh = h / a.group;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
   const int g = lane >> 2, tig = lane & 3;
   const int q0 = q_tile * kRows;
@@ -471,8 +472,9 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
   float* slse = reinterpret_cast<float*>(sds + kKeyRows * kQueryRows);  // 2 stages
   float* sdvec = slse + 2 * kQueryRows;                                 // 2 stages
 
-  const int k_tile = blockIdx.x;  // the first key tiles see the most query tiles: they start first
-  const int kvh = blockIdx.y, b = blockIdx.z;
+  // The first key tiles see the most query tiles: they start first (BackwardArgs::longest_first).
+  const int k_tile = a.longest_first ? blockIdx.z : blockIdx.x;
+  const int kvh = a.longest_first ? blockIdx.x : blockIdx.y, b = a.longest_first ? blockIdx.y : blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
   const int g = lane >> 2, tig = lane & 3;
   const int k0 = k_tile * kKeyRows;
@@ -597,8 +599,10 @@ __global__ void __launch_bounds__(256, 1)
   uint64_t* bars = reinterpret_cast<uint64_t*>(sdvec + kStages * kQueryRows);
   const uint32_t full = smem_addr(bars), ds_whole = smem_addr(bars + kStages);
 
-  const int k_tile = blockIdx.x;
-  const int kvh = blockIdx.y, b = blockIdx.z;
+  // The first key tiles see the most query tiles: they start first, every head's before any head's later ones
+  // (BackwardArgs::longest_first).
+  const int k_tile = a.longest_first ? blockIdx.z : blockIdx.x;
+  const int kvh = a.longest_first ? blockIdx.x : blockIdx.y, b = a.longest_first ? blockIdx.y : blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
   const int g = lane >> 2, tig = lane & 3;
   const int k0 = k_tile * kKeyRows;
@@ -786,6 +790,26 @@ bool hopper() {
   RETORT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   return major == 9 && minor == 0;
 }
+
+// The environment variable `name` is set to `value`. The kernels' switches are read a call, so that a benchmark can
+// measure the kernels against each other in one process (docs/benchmarks.md).
+bool env_is(const char* name, std::string_view value) {
+  const char* set = std::getenv(name);
+  return set != nullptr && std::string_view(set) == value;
+}
+
+// The grid of `tiles` tiles of `heads` heads over B batches: the tile slowest when `longest_first` (ForwardArgs),
+// else fastest.
+dim3 grid_of(int tiles, int heads, int B, bool longest_first) {
+  const auto t = static_cast<unsigned>(tiles), h = static_cast<unsigned>(heads), b = static_cast<unsigned>(B);
+  return longest_first ? dim3(h, b, t) : dim3(t, h, b);
+}
+
+// The longest CTAs first across all heads (ForwardArgs::longest_first), unless RETORT_FLASH_GRID=tile-fastest asks
+// for the grid with the tile fastest.
+bool longest_first_grid() {
+  return !env_is("RETORT_FLASH_GRID", "tile-fastest");
+}
 }  // namespace
 #endif
 
@@ -830,11 +854,12 @@ bool row_map(CUtensorMap* map, const float* base, int T, int heads, int rows) {
 }  // namespace
 #endif
 
-bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
+bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
 #if defined(RETORT_CUDA_SM90A)
   if (!hopper()) return false;
-  const dim3 grid(static_cast<unsigned>((a.T + kRows - 1) / kRows), static_cast<unsigned>(a.H),
-                  static_cast<unsigned>(B));
+  ForwardArgs a = args;
+  a.longest_first = longest_first_grid();
+  const dim3 grid = grid_of((a.T + kRows - 1) / kRows, a.H, B, a.longest_first);
   ForwardMaps maps{};
   auto launch = [&](auto kernel, int keys, bool pipelined) {
     // Q, 2 or 3 stages of K, 3 of V, six barriers, the slack to align.
@@ -842,10 +867,6 @@ bool forward_wgmma(const ForwardArgs& a, int D, int B, cudaStream_t stream) {
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     kernel<<<grid, kThreads, smem_bytes, stream>>>(a, maps);
     RETORT_CUDA_CHECK_LAUNCH();
-  };
-  const auto env_is = [](const char* name, std::string_view value) {
-    const char* set = std::getenv(name);
-    return set != nullptr && std::string_view(set) == value;
   };
   // The pipelined schedule with the copy engine's loads (TMA), 128-key tiles at head size 128 and 64-key tiles with
   // two CTAs a multiprocessor at 64, where the operands allow the tensor maps: 5-7% faster than every thread's
@@ -895,17 +916,14 @@ bool backward_wgmma(const BackwardArgs& args, int D, int B, int KV, cudaStream_t
   // (or =aligned: from the end, every CTA starting on the group's first head) asks for another order, to measure them
   // against each other (docs/benchmarks.md).
   BackwardArgs a = args;
-  if (const char* walk = std::getenv("RETORT_FLASH_BACKWARD_WALK"); walk != nullptr) {
-    const std::string_view w = walk;
-    a.walk = w == "diagonal"  ? BackwardOrder::FromDiagonal
-             : w == "aligned" ? BackwardOrder::FromEndAligned
-                              : BackwardOrder::FromEnd;
-  }
+  a.walk = env_is("RETORT_FLASH_BACKWARD_WALK", "diagonal")  ? BackwardOrder::FromDiagonal
+           : env_is("RETORT_FLASH_BACKWARD_WALK", "aligned") ? BackwardOrder::FromEndAligned
+                                                             : BackwardOrder::FromEnd;
+  a.longest_first = longest_first_grid();
   *layout = DqLayout::Rows;  // the lockstep kernels'
   const auto launch = [&](auto kernel, int groups, int smem_bytes, auto... extra) {
     const int keys = 64 * groups;
-    const dim3 grid(static_cast<unsigned>((a.T + keys - 1) / keys), static_cast<unsigned>(KV),
-                    static_cast<unsigned>(B));
+    const dim3 grid = grid_of((a.T + keys - 1) / keys, KV, B, a.longest_first);
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     kernel<<<grid, 128 * groups, smem_bytes, stream>>>(a, extra...);
     RETORT_CUDA_CHECK_LAUNCH();
@@ -925,10 +943,8 @@ bool backward_wgmma(const BackwardArgs& args, int D, int B, int KV, cudaStream_t
   // The pipelined schedule unless RETORT_FLASH_BACKWARD_SCHEDULE=lockstep; RETORT_FLASH_BACKWARD_KEYS=64 asks for the
   // lockstep kernel with one warpgroup a CTA at head size 64 (three CTAs a multiprocessor, twice the dQ atomics).
   // Both switches are there to measure the kernels against each other (docs/benchmarks.md).
-  const char* schedule = std::getenv("RETORT_FLASH_BACKWARD_SCHEDULE");
-  const bool lockstep = schedule != nullptr && std::string_view(schedule) == "lockstep";
-  const char* keys_choice = std::getenv("RETORT_FLASH_BACKWARD_KEYS");
-  if (D == 64 && keys_choice != nullptr && std::string_view(keys_choice) == "64") {
+  const bool lockstep = env_is("RETORT_FLASH_BACKWARD_SCHEDULE", "lockstep");
+  if (D == 64 && env_is("RETORT_FLASH_BACKWARD_KEYS", "64")) {
     launch(wgmma_backward_kernel<64, 1>, 1, lockstep_bytes(1));
   } else if (lockstep) {
     if (D == 128)
@@ -944,10 +960,9 @@ bool backward_wgmma(const BackwardArgs& args, int D, int B, int KV, cudaStream_t
     // The loads by the copy engine (TMA) where the operands allow the maps (T a multiple of 4 for lse's and Dvec's;
     // 1.5-3.5% faster than every thread's cp.async on an H200, docs/benchmarks.md), unless
     // RETORT_FLASH_BACKWARD_LOADS=cp.async asks for those (to measure them against each other).
-    const char* loads_choice = std::getenv("RETORT_FLASH_BACKWARD_LOADS");
     BackwardMaps maps{};
     const int KVD = KV * D;
-    const bool tma = (loads_choice == nullptr || std::string_view(loads_choice) != "cp.async") &&
+    const bool tma = !env_is("RETORT_FLASH_BACKWARD_LOADS", "cp.async") &&
                      tensor_map(&maps.q, a.q, a.q_stride, a.H * D, a.T, B, kQueryRows) &&
                      tensor_map(&maps.dout, a.dout, a.dout_stride, a.H * D, a.T, B, kQueryRows) &&
                      tensor_map(&maps.k, a.k, a.k_stride, KVD, a.T, B, 128) &&

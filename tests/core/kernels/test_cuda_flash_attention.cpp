@@ -6,8 +6,8 @@
 // [B, T, 3C] layout, and scores of magnitude 1e4; and the wgmma kernels (H100 / H200) against the mma.sync ones.
 // The GPU tests skip cleanly without a GPU; RETORT_FLASH_FORWARD=mma, RETORT_FLASH_BACKWARD=mma,
 // RETORT_FLASH_FORWARD_KEYS, RETORT_FLASH_BACKWARD_KEYS, RETORT_FLASH_FORWARD_SCHEDULE, RETORT_FLASH_BACKWARD_SCHEDULE,
-// RETORT_FLASH_BACKWARD_WALK, RETORT_FLASH_ROWS and RETORT_FLASH_KEYS in the environment run them on the other kernels
-// (gpu-checks/flash.sh does).
+// RETORT_FLASH_BACKWARD_WALK, RETORT_FLASH_GRID, RETORT_FLASH_ROWS and RETORT_FLASH_KEYS in the environment run them on
+// the other kernels (gpu-checks/flash.sh does).
 //
 // Tolerances (norm-wise relative error, ||x - ref|| / ||ref||): the kernels round P and dS to bf16 (8 significant
 // bits, relative rounding error <= 2^-9 ~ 2e-3) before their products and write out, dq, dk, dv in bf16 (another
@@ -363,8 +363,8 @@ struct ScopedEnv {
 // grouped-query ratios of 1 and 4; so do the wgmma kernels' other schedules (pipelined or lockstep on shared-memory
 // or CTA barriers; the loads by the copy engine or by every thread) and each way the
 // pipelined backward adds dQ (atomics in the gradient's row order or in the
-// registers' order, or the copy engine's bulk reductions) and each order its CTAs walk the query tiles in. On other
-// GPUs every run takes mma.sync.
+// registers' order, or the copy engine's bulk reductions), each order its CTAs walk the query tiles in, and both
+// orders of the grid. On other GPUs every run takes mma.sync.
 TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
   SKIP_WITHOUT_GPU();
   // (333 and 129 rows take the backward's cp.async loads: the tensor maps of lse and Dvec need T a multiple of 4.)
@@ -399,6 +399,10 @@ TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
     for (const char* walk : {"diagonal", "aligned"}) {  // the pipelined backward's other orders of query tiles
       ScopedEnv order("RETORT_FLASH_BACKWARD_WALK", walk);
       runs.emplace_back(std::string("walk ") + walk, run_flash(d, in, false));
+    }
+    {  // the grid with the tile fastest
+      ScopedEnv grid("RETORT_FLASH_GRID", "tile-fastest");
+      runs.emplace_back("the grid with the tile fastest", run_flash(d, in, false));
     }
     for (const auto& [name, hopper] : runs) {
       const std::string tag = d.str() + " " + name;

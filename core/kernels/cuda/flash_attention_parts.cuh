@@ -28,15 +28,17 @@ struct ForwardArgs {
   int T, H, group;
   float scale_log2;  // log2(e) / sqrt(D): scores in base 2
   // The wgmma kernels' grid: the query tile slowest (blockIdx.z; heads in x, batches in y) so that every head's
-  // longest tiles start before any head's shorter ones; else (false) the tile fastest. See GridOrder.
+  // longest tiles start before any head's shorter ones; else (false) the tile fastest (why: below).
   bool longest_first = true;
 };
 
-// Why the wgmma kernels order their grid by work, longest first across all heads and batches: a CTA's work grows
-// with its distance from the start of the sequence (causal), and CTAs start in grid order as multiprocessors free
-// up. With the tile fastest, each (batch, head)'s longest CTA starts only after the previous heads' short ones, and
-// the last heads' long CTAs run alone at the end: a list schedule of the 1,024 backward CTAs of 4 x 4096 x 32 x 8 x
-// 128 on 132 multiprocessors ends 14% after the ideal, against 1% for the longest first (docs/benchmarks.md).
+// Why the wgmma kernels order their grids by work: a CTA's work grows with its distance from the start of the sequence
+// (causal), and CTAs start in grid order as multiprocessors free up. With the tile fastest, each (batch, head)'s
+// longest CTA starts only after the previous heads' short ones, and the last heads' long CTAs run alone at the end: a
+// list schedule of the 1,024 backward CTAs of 4 x 4096 x 32 x 8 x 128 on 132 multiprocessors ends 14% after the
+// ideal. The forward takes the longest first across every head and batch. The backward does so within chunks of about
+// a wave of CTAs (BackwardArgs::chunk): across the whole grid, the CTAs of one key/value head would run waves apart,
+// and the dQ rows and the Q and dO tiles they share would leave the L2 between them (docs/benchmarks.md).
 
 // The forward's operands as TMA tensor maps (Q [B, T, H D], K and V [B, T, KV D] in their row strides, boxes of 64
 // columns by a tile's rows, 128-byte swizzle), for the kernel that loads them with the copy engine; unused (zeros) by
@@ -71,7 +73,9 @@ struct BackwardArgs {
   int T, H, group;
   float scale_log2, scale;
   BackwardOrder walk = BackwardOrder::FromEnd;  // the pipelined kernels' (the others walk from the diagonal)
-  bool longest_first = true;  // the pipelined kernels' grid: key tile slowest (z; key/value heads x, batches y)
+  // The grid's order (backward_block): 0, the key tile fastest (blockIdx.x; key/value heads y, batches z); else a 1-D
+  // grid in chunks of `chunk` (batch, key/value head) pairs, the chunk's first key tiles (its longest CTAs) first.
+  int chunk = 0;
 };
 
 // Adds a warp's 16 x D block of dQ (C fragments, rows g and g + 8) into the float32 accumulator with 16-byte

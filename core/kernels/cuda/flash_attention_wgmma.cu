@@ -20,6 +20,7 @@
 // read while V_{j+1} loads), cp.async, and a CTA barrier a tile.
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -338,6 +339,20 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
 // issuing each batch of products, as the forward's do, was no faster: docs/benchmarks.md.)
 constexpr int kQueryRows = 64;  // query rows a backward tile
 
+// A backward CTA's key tile (of `keys` keys), key/value head and batch, from its place in the grid
+// (BackwardArgs::chunk): in a chunk, every pair's first key tile, then every pair's second, and so on.
+struct BackwardBlock {
+  int k_tile, kvh, b;
+};
+__device__ __forceinline__ BackwardBlock backward_block(const BackwardArgs& a, int keys) {
+  if (a.chunk == 0) return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z)};
+  const int tiles = (a.T + keys - 1) / keys, kv = a.H / a.group, pairs = gridDim.x / tiles;
+  const int first = static_cast<int>(blockIdx.x) / (a.chunk * tiles) * a.chunk;  // the chunk's first pair
+  const int in_chunk = min(a.chunk, pairs - first), within = static_cast<int>(blockIdx.x) - first * tiles;
+  const int pair = first + within % in_chunk;
+  return {within / in_chunk, pair % kv, pair / kv};
+}
+
 #if defined(RETORT_WGMMA_AVAILABLE)
 // The phases of one backward step for one warpgroup, shared by both schedules, and what both set up before the walk.
 template <int D, int kKeyRows>
@@ -472,9 +487,7 @@ __global__ void __launch_bounds__(128 * kGroups, kGroups == 1 ? 3 : 1) wgmma_bac
   float* slse = reinterpret_cast<float*>(sds + kKeyRows * kQueryRows);  // 2 stages
   float* sdvec = slse + 2 * kQueryRows;                                 // 2 stages
 
-  // The first key tiles see the most query tiles: they start first (BackwardArgs::longest_first).
-  const int k_tile = a.longest_first ? blockIdx.z : blockIdx.x;
-  const int kvh = a.longest_first ? blockIdx.x : blockIdx.y, b = a.longest_first ? blockIdx.y : blockIdx.z;
+  const auto [k_tile, kvh, b] = backward_block(a, 64 * kGroups);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
   const int g = lane >> 2, tig = lane & 3;
   const int k0 = k_tile * kKeyRows;
@@ -599,10 +612,7 @@ __global__ void __launch_bounds__(256, 1)
   uint64_t* bars = reinterpret_cast<uint64_t*>(sdvec + kStages * kQueryRows);
   const uint32_t full = smem_addr(bars), ds_whole = smem_addr(bars + kStages);
 
-  // The first key tiles see the most query tiles: they start first, every head's before any head's later ones
-  // (BackwardArgs::longest_first).
-  const int k_tile = a.longest_first ? blockIdx.z : blockIdx.x;
-  const int kvh = a.longest_first ? blockIdx.x : blockIdx.y, b = a.longest_first ? blockIdx.y : blockIdx.z;
+  const auto [k_tile, kvh, b] = backward_block(a, kKeyRows);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
   const int g = lane >> 2, tig = lane & 3;
   const int k0 = k_tile * kKeyRows;
@@ -810,6 +820,18 @@ dim3 grid_of(int tiles, int heads, int B, bool longest_first) {
 bool longest_first_grid() {
   return !env_is("RETORT_FLASH_GRID", "tile-fastest");
 }
+
+// The backward's chunk (BackwardArgs::chunk) for `tiles` key tiles of `pairs` (batch, key/value head) pairs: about a
+// wave of CTAs, one a multiprocessor; RETORT_FLASH_GRID=tile-fastest gives 0 (the key tile fastest) and
+// RETORT_FLASH_GRID=longest-first one chunk of every pair.
+int backward_chunk(int tiles, int pairs) {
+  if (env_is("RETORT_FLASH_GRID", "tile-fastest")) return 0;
+  if (env_is("RETORT_FLASH_GRID", "longest-first")) return pairs;
+  int device = 0, sms = 0;
+  RETORT_CUDA_CHECK(cudaGetDevice(&device));
+  RETORT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return std::clamp(sms / tiles, 1, pairs);
+}
 }  // namespace
 #endif
 
@@ -919,13 +941,16 @@ bool backward_wgmma(const BackwardArgs& args, int D, int B, int KV, cudaStream_t
   a.walk = env_is("RETORT_FLASH_BACKWARD_WALK", "diagonal")  ? BackwardOrder::FromDiagonal
            : env_is("RETORT_FLASH_BACKWARD_WALK", "aligned") ? BackwardOrder::FromEndAligned
                                                              : BackwardOrder::FromEnd;
-  a.longest_first = longest_first_grid();
   *layout = DqLayout::Rows;  // the lockstep kernels'
   const auto launch = [&](auto kernel, int groups, int smem_bytes, auto... extra) {
     const int keys = 64 * groups;
-    const dim3 grid = grid_of((a.T + keys - 1) / keys, KV, B, a.longest_first);
+    const int tiles = (a.T + keys - 1) / keys;
+    BackwardArgs args_of_grid = a;
+    args_of_grid.chunk = backward_chunk(tiles, KV * B);
+    const dim3 grid =
+        args_of_grid.chunk == 0 ? grid_of(tiles, KV, B, false) : dim3(static_cast<unsigned>(tiles * KV * B));
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    kernel<<<grid, 128 * groups, smem_bytes, stream>>>(a, extra...);
+    kernel<<<grid, 128 * groups, smem_bytes, stream>>>(args_of_grid, extra...);
     RETORT_CUDA_CHECK_LAUNCH();
   };
   // The lockstep kernel's shared memory: K, V, two stages of Q and dO, dS^T, two stages of lse and Dvec, and the slack

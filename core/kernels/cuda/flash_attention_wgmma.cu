@@ -323,11 +323,12 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
 // masked, dS^T = P^T (dP^T - Dvec) in registers; dV += P^T dO and dK += dS^T Q with P^T and dS^T as register A
 // operands and dO, Q read MN-major, accumulating in registers over the whole walk. dS^T goes to shared memory
 // ([key][query]) for dQ = dS K over the CTA's keys (dS read MN-major as A, K MN-major as B), each warpgroup taking
-// D / kGroups of the columns, added into the float32 dQ buffer while the next step's first products run. Those
-// additions are the backward's bottleneck (without them it took 37% less time at 4 x 4096 x 32 x 8 x 128 on an H200):
-// the lockstep kernels add with atomics in the gradient's row order; the pipelined one in the order its registers
-// hold the values (DqLayout::Fragments), 4 floats an atomic, or at head size 128 as one bulk reduction a warpgroup
-// and step (DqAdd).
+// D / kGroups of the columns, added into the float32 dQ buffer while the next step's first products run. The lockstep
+// kernels add with atomics in the gradient's row order; the pipelined one in the order its registers hold the values
+// (DqLayout::Fragments), 4 floats an atomic, or at head size 128 as one bulk reduction a warpgroup and step (DqAdd).
+// Those additions cost the pipelined backward 11% of its time at 4 x 4096 x 32 x 8 x 128 on an H200, most of it
+// the staging through shared memory (the writes and the proxy fence, not the warpgroup's meetings), which shares its
+// bandwidth with the products' operands; 92-96% of the reductions hit the L2 (docs/benchmarks.md).
 //
 // Two schedules. The lockstep one (wgmma_backward_kernel): Q, dO, lse and Dvec double-buffered with cp.async, and two
 // CTA barriers a step (the step's copies are in; dS^T is whole), so both warpgroups run their softmax at the same

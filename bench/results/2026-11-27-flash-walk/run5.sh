@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The grids: the backward in chunks of a wave (default), longest first across the grid (RETORT_FLASH_GRID=longest-first;
+# the forward's default), the tile fastest (=tile-fastest),
+# two rounds, forward and backward; the GPU suites; SDPA beside the defaults; GPT-2 small and the Llama-3.2-1B shape
+# training (torch.compile beside GPT-2); the toy GPT with today's defaults and with the old grid and walk.
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+t0=$(date +%s)
+RES=/tmp/r5; mkdir -p $RES; trap 'tar czf $OUT/results.tgz --exclude="*.bin" --exclude=checkpoints --exclude="*.model" -C /tmp r5' EXIT
+tar xJf gpu/v5.tar.xz -C gpu; b=$PWD/gpu/v5; export LD_LIBRARY_PATH=$b/devlibs
+export RETORT_COMMIT=$(cat gpu/commit.txt)
+mkdir -p /usr/share/games && tar xJf gpu/fortunes.tar.xz -C /usr/share/games
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $RES/gpu.txt
+S=16x1024x32x8x128,8x2048x32x8x128,4x4096x32x8x128,16x1024x32x8x64,8x2048x32x8x64,4x4096x32x8x64,16x1024x12x12x64,8x2048x12x12x64,4x4096x12x12x64
+for round in 1 2; do for g in chunked longest-first tile-fastest; do
+  env RETORT_FLASH_GRID=$g timeout 120 $b/bench_attention --device cuda --dtype bf16 --shapes $S --repeats 5 --paths flash --json $RES/$g-r$round.jsonl > /dev/null 2>&1
+done; done
+python3 - $RES <<'PY'
+import json, sys, glob, collections
+f_, b_ = collections.defaultdict(list), collections.defaultdict(list)
+for f in sorted(glob.glob(sys.argv[1] + "/*-r?.jsonl")):
+    v = f.split("/")[-1].rsplit("-r", 1)[0]
+    for line in open(f):
+        r = json.loads(line)
+        f_[(r["shape"], v)].append(r["forward_ms"]); b_[(r["shape"], v)].append(r["forward_backward_ms"] - r["forward_ms"])
+vs = sorted({k[1] for k in f_}); shapes = list(dict.fromkeys(k[0] for k in f_))
+print("ms, min / max of rounds: forward " + " | ".join(vs) + " ; backward " + " | ".join(vs))
+for s in shapes: print(s, "|", " | ".join("%.3f/%.3f" % (min(f_[(s, v)]), max(f_[(s, v)])) for v in vs), "|", " | ".join("%.3f/%.3f" % (min(b_[(s, v)]), max(b_[(s, v)])) for v in vs))
+PY
+( timeout 300 $b/retort_parallel_tests --gtest_filter='*Cuda*:*Gpu*:*GPU*' > $RES/suite-parallel.log 2>&1; echo "parallel rc $?" > $RES/rc-parallel ) &
+( timeout 300 $b/retort_core_tests --gtest_filter='*Cuda*:*Gpu*:*GPU*' > $RES/suite-core.log 2>&1; echo "core rc $?" > $RES/rc-core ) &
+wait
+for t in core parallel; do
+  echo "$(cat $RES/rc-$t): $(grep -c '^\[       OK' $RES/suite-$t.log) ok, $(grep -c '^\[  SKIPPED' $RES/suite-$t.log) skipped, $(grep -c '^\[  FAILED' $RES/suite-$t.log) failed lines"
+  grep -E '^\[  FAILED  \]|Failure' $RES/suite-$t.log | sort -u | head -10
+done
+mkdir -p $b/bench && ln -sf $b/bench_attention $b/bench/bench_attention
+PATHS=flash REPEATS=5 timeout 300 bench/run_attention_bench.sh $b $RES/attention > $RES/attention.log 2>&1; echo "attention bench rc $?"
+tail -9 $RES/attention/table.md | cut -d'|' -f2-9
+echo "at $(( $(date +%s) - t0 )) s"
+g=(--device cuda --dtype bf16 --seq 1024 --vocab 50304 --layers 12 --heads 12 --embd 768 --warmup 3 --steps 10 --batch 16)
+timeout 60 $b/bench_train_throughput --label gpt2-b16 "${g[@]}" >> $RES/train.jsonl 2> $RES/train.err; echo "retort rc $?"
+timeout 60 $b/bench_train_throughput --label gpt2-b16-graphs --cuda-graphs "${g[@]}" >> $RES/train.jsonl 2> $RES/train-graphs.err; echo "graphs rc $?"
+timeout 150 python3 bench/train_throughput_torch.py --label gpt2-b16-compile --attention sdpa --compile "${g[@]}" >> $RES/train.jsonl 2> $RES/torch.err; echo "compile rc $?"
+l=(--device cuda --dtype bf16 --batch 4 --seq 2048 --vocab 128256 --layers 16 --heads 32 --kv-heads 8 --embd 2048 --intermediate 8192 --rope-theta 500000 --warmup 2 --steps 5)
+timeout 150 $b/bench_train_throughput --label llama-1b-b4 --family llama "${l[@]}" >> $RES/llama.jsonl 2> $RES/llama.err; echo "retort llama rc $?"
+python3 - $RES <<'PY'
+import json, sys
+for f in ("train.jsonl", "llama.jsonl"):
+    for line in open(f"{sys.argv[1]}/{f}"):
+        line = line.strip()
+        if not line.startswith("{"): continue
+        r = json.loads(line)
+        if "tokens_per_s" in r:
+            print(r.get("label"), r.get("framework"), round(r["tokens_per_s"]), round(r["ms_per_step"], 2), round(r.get("peak_memory_gib", 0), 2))
+PY
+echo "at $(( $(date +%s) - t0 )) s"
+timeout 150 $b/retort train --device cuda model.dtype=bf16 run.dir=$RES/toy-new > $RES/toy-new.log 2>&1; echo "toy new rc $?"
+RETORT_FLASH_GRID=tile-fastest RETORT_FLASH_BACKWARD_WALK=diagonal timeout 150 $b/retort train --device cuda model.dtype=bf16 run.dir=$RES/toy-before > $RES/toy-before.log 2>&1; echo "toy before rc $?"
+grep -hE "step 1000: validation loss|train done" $RES/toy-*.log
+echo "done at $(( $(date +%s) - t0 )) s"

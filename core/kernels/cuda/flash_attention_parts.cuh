@@ -58,9 +58,9 @@ struct BackwardMaps {
 //   FromDiagonal: a query head's tiles from the one holding the first key's diagonal to the last, head after head.
 //   FromEnd: the tiles from the last back to the diagonal's, every head of the group on each tile (starting at a head
 //     rotated by the key tile) before the next. The CTAs of one key/value head start together on the same query rows
-//     and move through them at the same pace, so the dQ rows they add into at a time are few and stay in the L2,
-//     where additions run at about 2.5 times the rate of those that miss it (docs/benchmarks.md); so are the Q and dO
-//     tiles they read.
+//     and move through them at the same pace, so the dQ rows they add into and the Q and dO tiles they read at a time
+//     are few: at 4 x 4096 x 32 x 8 x 128 on an H200 the kernel reads 0.61 GB from DRAM instead of 0.91 and runs
+//     1-4% faster (docs/benchmarks.md).
 enum class BackwardOrder : int { FromDiagonal = 0, FromEnd = 1, FromEndAligned = 2 };
 
 struct BackwardArgs {

@@ -368,7 +368,8 @@ struct ScopedEnv {
 TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
   SKIP_WITHOUT_GPU();
   // (333 and 129 rows take the backward's cp.async loads: the tensor maps of lse and Dvec need T a multiple of 4. At
-  // 3 x 4000 x 4 x 2 the backward's grid on an H100 / H200 is a chunk of 4 (batch, key/value head) pairs and one of 2.)
+  // 3 x 4000 x 4 x 2 the backward's grid on 132 multiprocessors is a chunk of 4 (batch, key/value head) pairs and one
+  // of 2.)
   for (const Dims d : {Dims{2, 333, 8, 2, 128}, Dims{2, 204, 8, 2, 128}, Dims{1, 1000, 4, 1, 64},
                        Dims{3, 129, 2, 2, 64}, Dims{3, 4000, 4, 2, 128}}) {
     const Inputs in = random_inputs(d, 61);

@@ -1,10 +1,9 @@
 #pragma once
 // PTX wrappers of the tensor-core kernels (flash attention, small_m_linear_mma.cu, attention_cache_mma.cu):
-// asynchronous 16- and 4-byte copies from global to shared memory, the shared-memory barriers that track them (Hopper),
-// the copy engine's tensor loads (TMA) and bulk float32 reductions from shared into global memory, and named barriers
-// (Hopper),
-// ldmatrix, the bf16 mma.sync m16n8k16 with float32 accumulation, the special-function unit's 2^x, and the register
-// helpers of mma fragments.
+// asynchronous 16- and 4-byte copies from global to shared memory, the shared-memory barriers that track them, the
+// copy engine's tensor loads (TMA), bulk float32 reductions from shared into global memory and named barriers (those
+// four Hopper's), ldmatrix, the bf16 mma.sync m16n8k16 with float32 accumulation, the special-function unit's 2^x, and
+// the register helpers of mma fragments.
 #include <cuda_bf16.h>
 
 #include <cstdint>

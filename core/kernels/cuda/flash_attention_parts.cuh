@@ -27,9 +27,11 @@ struct ForwardArgs {
   float* lse;  // [B, H, T]
   int T, H, group;
   float scale_log2;  // log2(e) / sqrt(D): scores in base 2
-  // The wgmma kernels' grid: the query tile slowest (blockIdx.z; heads in x, batches in y) so that every head's
-  // longest tiles start before any head's shorter ones; else (false) the tile fastest (why: below).
+  // The wgmma kernels' order of their work items (query tile, head, batch; forward_item): the query tile slowest
+  // so that every head's longest tiles start before any head's shorter ones; else (false) the tile fastest (why:
+  // below).
   bool longest_first = true;
+  int B = 1;  // batches (the wgmma kernels count their items)
 };
 
 // Why the wgmma kernels order their grids by work: a CTA's work grows with its distance from the start of the sequence

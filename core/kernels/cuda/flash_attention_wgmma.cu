@@ -60,11 +60,35 @@ __device__ __forceinline__ void load_swizzled(bf16* tile, const bf16* src, int64
   }
 }
 
+// A forward work item: query tile q_tile (of kRows rows) of head h of batch b.
+struct ForwardItem {
+  int q_tile, h, b;
+};
+__device__ __forceinline__ int forward_items(const ForwardArgs& a, int rows) {
+  return (a.T + rows - 1) / rows * a.H * a.B;
+}
+// Item w of a launch. ForwardArgs::longest_first: the heads fastest, then the batches, then the query tiles from the
+// last (every head's longest rows first); else the query tiles fastest (from the last), then the heads, the batches.
+__device__ __forceinline__ ForwardItem forward_item(const ForwardArgs& a, int w, int rows) {
+  const int q_tiles = (a.T + rows - 1) / rows;
+  if (a.longest_first) {
+    const int hb = a.H * a.B;
+    return {q_tiles - 1 - w / hb, w % a.H, w % hb / a.H};
+  }
+  return {q_tiles - 1 - w % q_tiles, w / q_tiles % a.H, w / (q_tiles * a.H)};
+}
+
 // kBlocks CTAs a multiprocessor: 2 for the 64-key tiles at head size 64, whose accumulators fit in 128 registers.
 // kPipelined: K and V in three stages whose copies each thread signals on a shared-memory barrier, and released on a
 // second one once read, so the warpgroups never meet at a CTA barrier; else two stages of K, a CTA barrier a tile.
-// kTma (pipelined only): thread 0 loads Q and each tile of K and V with the copy engine from the tensor maps
-// `maps`, which count their bytes on the stage's barrier, so no other thread issues a copy.
+// kTma (pipelined only): thread 0 loads each tile of K and V with the copy engine from the tensor maps `maps`, which
+// count their bytes on the stage's barrier, so no other thread issues a copy; Q has a barrier of its own.
+//
+// A CTA takes the work items (query tile, head, batch) blockIdx.x, blockIdx.x + gridDim.x, ... (ForwardItem). The
+// copy-engine kernel is launched persistent, a CTA per slot of the GPU: its K and V tiles run as one stream through
+// the three stages across items (the next item's first tile loads during this one's last), and the next item's Q
+// loads once both warpgroups have read this one's for the last time, so a CTA's start (the first tiles' round trip)
+// overlaps the item before. The other kernels get a CTA an item.
 template <int D, int kKeys, int kBlocks, bool kPipelined, bool kTma = false>
 __global__ void __launch_bounds__(kThreads, kBlocks)
     wgmma_forward_kernel(const ForwardArgs a, const __grid_constant__ ForwardMaps maps) {
@@ -76,241 +100,291 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   bf16* sq = reinterpret_cast<bf16*>(aligned_1024(smem_raw));
   bf16* sk = sq + kRows * D;             // kKStages
   bf16* sv = sk + kKStages * kKeys * D;  // 3 stages: tile j - 1's is read while tile j + 1's loads
-  // Pipelined: a stage's copies are in (every thread's arrival once its own land), a stage is read (every thread's).
+  // Pipelined: a stage's copies are in (every thread's arrival once its own land, or the copy engine's), a stage is
+  // read (every thread's); TMA: Q's copy is in, Q is read for the last time in this item (every thread's).
   uint64_t* bars = reinterpret_cast<uint64_t*>(sv + 3 * kKeys * D);
-  const uint32_t full = smem_addr(bars), empty = smem_addr(bars + 3);
-  // The longest rows (the last query tiles) start first, so the short ones fill the tail of the grid (ForwardArgs).
-  const int q_tile = a.longest_first ? gridDim.z - 1 - blockIdx.z : gridDim.x - 1 - blockIdx.x;
-  const int h = a.longest_first ? blockIdx.x : blockIdx.y, b = a.longest_first ? blockIdx.y : blockIdx.z;
-  const int kvh = h / a.group;
+  const uint32_t full = smem_addr(bars), empty = smem_addr(bars + 3), q_full = smem_addr(bars + 6),
+                 q_empty = smem_addr(bars + 7);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
   const int g = lane >> 2, tig = lane & 3;
-  const int q0 = q_tile * kRows;
-  const int wg_first = q0 + 64 * wg, wg_last = wg_first + 63;
-  const int row = wg_first + 16 * (warp & 3) + g;  // this thread's rows: row and row + 8
-  const int64_t row0 = static_cast<int64_t>(b) * a.T;
-  const bf16* kbase = a.k + row0 * a.k_stride + kvh * D;
-  const bf16* vbase = a.v + row0 * a.v_stride + kvh * D;
+  const int items = forward_items(a, kRows);
 
   if constexpr (kPipelined) {
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
       for (int st = 0; st < 3; ++st) {
         mbarrier_init(full + 8 * st, kTma ? 1 : kThreads);
         mbarrier_init(empty + 8 * st, kThreads);
       }
+      if constexpr (kTma) {
+        mbarrier_init(q_full, 1);
+        mbarrier_init(q_empty, kThreads);
+      }
+    }
     __syncthreads();  // the barriers are set up
   }
-  // TMA: K_j and V_j into stage st, panel by panel (64 columns each, the swizzled tile's panels), and the bytes the
-  // stage's barrier then expects (with Q's on the first).
-  const auto tma_tile = [&](int j, int st, uint32_t extra_bytes) {
+  // TMA: key tile j of `item` into stage st, panel by panel (64 columns each, the swizzled tile's panels), and the
+  // bytes the stage's barrier then expects; Q of `item` on its own barrier.
+  const auto tma_tile = [&](const ForwardItem& item, int j, int st) {
     const uint32_t bar = full + 8 * st;
-    mbarrier_expect_tx(bar, 2 * kKeys * D * 2 + extra_bytes);
+    const int kvh = item.h / a.group;
+    mbarrier_expect_tx(bar, 2 * kKeys * D * 2);
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) {
-      tma_load_3d(smem_addr(sk + st * kKeys * D + p * kKeys * 64), &maps.k, kvh * D + p * 64, j * kKeys, b, bar);
-      tma_load_3d(smem_addr(sv + st * kKeys * D + p * kKeys * 64), &maps.v, kvh * D + p * 64, j * kKeys, b, bar);
+      tma_load_3d(smem_addr(sk + st * kKeys * D + p * kKeys * 64), &maps.k, kvh * D + p * 64, j * kKeys, item.b, bar);
+      tma_load_3d(smem_addr(sv + st * kKeys * D + p * kKeys * 64), &maps.v, kvh * D + p * 64, j * kKeys, item.b, bar);
     }
   };
-  if constexpr (kTma) {
-    if (threadIdx.x == 0) {
-      tma_tile(0, 0, kRows * D * 2);
+  const auto tma_q = [&](const ForwardItem& item) {
+    mbarrier_expect_tx(q_full, kRows * D * 2);
 #pragma unroll
-      for (int p = 0; p < D / 64; ++p)
-        tma_load_3d(smem_addr(sq + p * kRows * 64), &maps.q, h * D + p * 64, q0, b, full);
-    }
-  } else {
-    load_swizzled<D, kRows>(sq, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride, a.T - q0);
-    load_swizzled<D, kKeys>(sk, kbase, a.k_stride, a.T);
-    load_swizzled<D, kKeys>(sv, vbase, a.v_stride, a.T);
-    if constexpr (kPipelined) {
-      cp_async_arrive(full);  // also covers Q
-    } else {
-      cp_async_commit();
+    for (int p = 0; p < D / 64; ++p)
+      tma_load_3d(smem_addr(sq + p * kRows * 64), &maps.q, item.h * D + p * 64, item.q_tile * kRows, item.b, q_full);
+  };
+
+  int w = blockIdx.x;
+  ForwardItem item = forward_item(a, w, kRows);
+  if constexpr (kTma) {
+    if (threadIdx.x == 0 && w < items) {
+      tma_tile(item, 0, 0);
+      tma_q(item);
     }
   }
-
-  float o[D / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // l: this thread's part of the row sum
-  const uint64_t q_desc = wgmma::descriptor(smem_addr(sq) + wg * 64 * 128);
-
-  // Key tiles up to the last row's diagonal, none wholly past T; this warpgroup's stop before the first tile whose
-  // keys all follow its rows.
-  const int tiles = min((q0 + kRows - 1) / kKeys + 1, (a.T + kKeys - 1) / kKeys);
-  const int my_tiles = min(tiles, wg_last / kKeys + 1);
-  // Tile j's products: S_j = Q K_j^T, then O += P_{j-1} V_{j-1} behind it, so the tensor cores run the second while
-  // this warpgroup turns S_j into P_j (the running max and sum). O is rescaled once P_{j-1} V_{j-1} is in.
-  float s[kKeys / 8][4];
-  uint32_t p[kKeys / 16][4];  // P_{j-1} as bf16 A fragments
-  auto pv = [&](int j) {      // O += P_j V_j: 16 keys a step, V's rows 2048 bytes apart, its panels kKeys rows apart
-    const uint64_t v_desc = wgmma::descriptor(smem_addr(sv + (j % 3) * kKeys * D), kKeys * 128);
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk)
-      wgmma::mma_rs<wgmma::Major::MN>(o, p[kk], wgmma::advance(v_desc, kk * 2048), 1);
-  };
-  // Waits for tile j's copies and starts tile j + 1's.
-  auto stage_in = [&](int j) {
-    if constexpr (kTma) {
-      // Tile j + 1 goes where tile j - 2 was, once every thread has released it; thread 0 issues it.
-      if (j + 1 < tiles && threadIdx.x == 0) {
-        const int st = (j + 1) % 3;
-        if (j >= 2) mbarrier_wait(empty + 8 * st, ((j - 2) / 3) & 1);
-        tma_tile(j + 1, st, 0);
-      }
-      mbarrier_wait(full + 8 * (j % 3), (j / 3) & 1);
-    } else if constexpr (kPipelined) {
-      // Tile j + 1 goes where tile j - 2 was, once every thread has released it (after its P V, in tile j - 1).
-      if (j + 1 < tiles) {
-        const int st = (j + 1) % 3, k1 = (j + 1) * kKeys;
-        if (j >= 2) mbarrier_wait(empty + 8 * st, ((j - 2) / 3) & 1);
-        load_swizzled<D, kKeys>(sk + st * kKeys * D, kbase + k1 * a.k_stride, a.k_stride, a.T - k1);
-        load_swizzled<D, kKeys>(sv + st * kKeys * D, vbase + k1 * a.v_stride, a.v_stride, a.T - k1);
-        cp_async_arrive(full + 8 * st);
-      }
-      mbarrier_wait(full + 8 * (j % 3), (j / 3) & 1);
-      wgmma::fence_async_shared();  // the copies, written through the generic proxy, to the products
-    } else {
-      cp_async_wait<0>();
-      wgmma::fence_async_shared();
-      __syncthreads();  // tile j is in; every warpgroup is done with K_{j-1} and V_{j-2}
-      if (j + 1 < tiles) {
-        const int k1 = (j + 1) * kKeys;
-        load_swizzled<D, kKeys>(sk + ((j + 1) & 1) * kKeys * D, kbase + k1 * a.k_stride, a.k_stride, a.T - k1);
-        load_swizzled<D, kKeys>(sv + ((j + 1) % 3) * kKeys * D, vbase + k1 * a.v_stride, a.v_stride, a.T - k1);
+  // base: the CTA's count of key tiles before this item's, so its tile j is the stream's tile base + j, in stage
+  // (base + j) % 3; n: the CTA's count of items before this one (the parity of Q's barriers).
+  for (int base = 0, n = 0; w < items; ++n) {
+    const int next_w = w + static_cast<int>(gridDim.x);
+    const bool has_next = kTma && next_w < items;
+    const ForwardItem next = forward_item(a, has_next ? next_w : w, kRows);
+    const int q_tile = item.q_tile, h = item.h, b = item.b;
+    const int kvh = h / a.group;
+    const int q0 = q_tile * kRows;
+    const int wg_first = q0 + 64 * wg, wg_last = wg_first + 63;
+    const int row = wg_first + 16 * (warp & 3) + g;  // this thread's rows: row and row + 8
+    const int64_t row0 = static_cast<int64_t>(b) * a.T;
+    const bf16* kbase = a.k + row0 * a.k_stride + kvh * D;
+    const bf16* vbase = a.v + row0 * a.v_stride + kvh * D;
+    if constexpr (!kTma) {
+      load_swizzled<D, kRows>(sq, a.q + (row0 + q0) * a.q_stride + h * D, a.q_stride, a.T - q0);
+      load_swizzled<D, kKeys>(sk, kbase, a.k_stride, a.T);
+      load_swizzled<D, kKeys>(sv, vbase, a.v_stride, a.T);
+      if constexpr (kPipelined) {
+        cp_async_arrive(full);  // also covers Q
+      } else {
         cp_async_commit();
       }
     }
-  };
-  // S = Q K_j^T: panel kk / 4 of each, 32 bytes a step of 16 within a panel.
-  auto scores = [&](int j) {
-    const uint64_t k_desc = wgmma::descriptor(smem_addr(sk + (j % kKStages) * kKeys * D));
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t step = (kk & 3) * 32;
-      wgmma::mma_ss(s, wgmma::advance(q_desc, (kk >> 2) * kRows * 128 + step),
-                    wgmma::advance(k_desc, (kk >> 2) * kKeys * 128 + step), kk > 0);
-    }
-    wgmma::commit();
-  };
-  // S_j into P_j in place (float32): the mask, the new running max, the sum; `correction` rescales the old O and l.
-  auto softmax = [&](int j, float(&correction)[2]) {
-    // Key > query masked where the tile reaches past the warpgroup's first row (keys past T are among them).
-    const int k0 = j * kKeys;
-    if (k0 + kKeys - 1 > wg_first) {
-#pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (k0 + n * 8 + 2 * tig + (e & 1) > row + (e >> 1) * 8) s[n][e] = -INFINITY;
-    }
-    // Base 2: m is the reference the weights are taken against, the running max of the scaled scores or up to
-    // kSlack below it. It moves only when the max passes it by more than kSlack: until then the weights
-    // exp2(s - m) stay below 2^kSlack, far inside float32 and bf16, and O and l share the stale reference, so
-    // their ratio is the same; O's rescaling is skipped while no row of the warp moves (most tiles once the first
-    // ones have set the scale). Every row sees a key <= it in each tile it visits (tiles and warpgroups are
-    // aligned), so the max is finite.
-    constexpr float kSlack = 8.f;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-      mx = quad_max(mx) * a.scale_log2;
-      if (mx > m[r] + kSlack) {
-        correction[r] = exp2_ftz(m[r] - mx);  // 0 on the first tile (m = -inf)
-        m[r] = mx;
-      } else {
-        correction[r] = 1.f;
-        mx = m[r];
-      }
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n) {
-        s[n][2 * r] = exp2_ftz(fmaf(s[n][2 * r], a.scale_log2, -mx));
-        s[n][2 * r + 1] = exp2_ftz(fmaf(s[n][2 * r + 1], a.scale_log2, -mx));
-        sum += s[n][2 * r] + s[n][2 * r + 1];
-      }
-      l[r] = l[r] * correction[r] + sum;
-    }
-  };
-  auto to_operand = [&] {
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) c_to_a(p[kk], s[2 * kk], s[2 * kk + 1]);
-  };
 
-  // Tile 0 (every warpgroup has it): O is still 0, nothing to rescale.
-  float correction[2];
-  // The warpgroups take turns issuing a tile's products, the first before the second (a named barrier: the first
-  // arrives once it has issued, the second waits for that), so the first's scores are in while the second's still
-  // run and its softmax overlaps them. Barrier 1 on even tiles and 2 on odd ones: without a CTA barrier a tile
-  // (pipelined), the first can arrive for tile j + 1 before the second has waited for tile j, and two arrivals on
-  // one barrier would complete it without the second. It cannot run two tiles ahead: tile j + 2's copies wait for
-  // the second to release tile j, after its turn of tile j + 1.
-  auto wait_turn = [&](int j) {
-    if (wg == 1) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + (j & 1)) : "memory");
-  };
-  auto pass_turn = [&](int j) {
-    if (wg == 0) asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + (j & 1)) : "memory");
-  };
-  stage_in(0);
-  wait_turn(0);
-  wgmma::fence();
-  scores(0);
-  pass_turn(0);
-  wgmma::wait<0>();
-  wgmma::keep(s);
-  softmax(0, correction);
-  to_operand();
-  for (int j = 1; j < tiles; ++j) {
-    stage_in(j);
-    wait_turn(j);
-    if (j >= my_tiles) {  // only the first warpgroup ends early
+    float o[D / 8][4];
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) o[c][0] = o[c][1] = o[c][2] = o[c][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // l: this thread's part of the row sum
+    const uint64_t q_desc = wgmma::descriptor(smem_addr(sq) + wg * 64 * 128);
+
+    // Key tiles up to the last row's diagonal, none wholly past T; this warpgroup's stop before the first tile whose
+    // keys all follow its rows.
+    const int tiles = min((q0 + kRows - 1) / kKeys + 1, (a.T + kKeys - 1) / kKeys);
+    const int my_tiles = min(tiles, wg_last / kKeys + 1);
+    // Tile j's products: S_j = Q K_j^T, then O += P_{j-1} V_{j-1} behind it, so the tensor cores run the second
+    // while this warpgroup turns S_j into P_j (the running max and sum). O is rescaled once P_{j-1} V_{j-1} is in.
+    float s[kKeys / 8][4];
+    uint32_t p[kKeys / 16][4];  // P_{j-1} as bf16 A fragments
+    auto pv = [&](int j) {      // O += P_j V_j: 16 keys a step, V's rows 2048 bytes apart, its panels kKeys rows apart
+      const uint64_t v_desc = wgmma::descriptor(smem_addr(sv + ((base + j) % 3) * kKeys * D), kKeys * 128);
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk)
+        wgmma::mma_rs<wgmma::Major::MN>(o, p[kk], wgmma::advance(v_desc, kk * 2048), 1);
+    };
+    // Waits for tile j's copies and starts the stream's next tile (this item's j + 1, or the next item's first).
+    auto stage_in = [&](int j) {
+      if constexpr (kTma) {
+        // The stream's tile base + j + 1 goes where tile base + j - 2 was, once every thread has released it; thread
+        // 0 issues it.
+        const int t = base + j;
+        if (threadIdx.x == 0 && (j + 1 < tiles || has_next)) {
+          const int st = (t + 1) % 3;
+          if (t >= 2) mbarrier_wait(empty + 8 * st, ((t - 2) / 3) & 1);
+          if (j + 1 < tiles)
+            tma_tile(item, j + 1, st);
+          else
+            tma_tile(next, 0, st);
+        }
+        mbarrier_wait(full + 8 * (t % 3), (t / 3) & 1);
+      } else if constexpr (kPipelined) {
+        // Tile j + 1 goes where tile j - 2 was, once every thread has released it (after its P V, in tile j - 1).
+        if (j + 1 < tiles) {
+          const int st = (j + 1) % 3, k1 = (j + 1) * kKeys;
+          if (j >= 2) mbarrier_wait(empty + 8 * st, ((j - 2) / 3) & 1);
+          load_swizzled<D, kKeys>(sk + st * kKeys * D, kbase + k1 * a.k_stride, a.k_stride, a.T - k1);
+          load_swizzled<D, kKeys>(sv + st * kKeys * D, vbase + k1 * a.v_stride, a.v_stride, a.T - k1);
+          cp_async_arrive(full + 8 * st);
+        }
+        mbarrier_wait(full + 8 * (j % 3), (j / 3) & 1);
+        wgmma::fence_async_shared();  // the copies, written through the generic proxy, to the products
+      } else {
+        cp_async_wait<0>();
+        wgmma::fence_async_shared();
+        __syncthreads();  // tile j is in; every warpgroup is done with K_{j-1} and V_{j-2}
+        if (j + 1 < tiles) {
+          const int k1 = (j + 1) * kKeys;
+          load_swizzled<D, kKeys>(sk + ((j + 1) & 1) * kKeys * D, kbase + k1 * a.k_stride, a.k_stride, a.T - k1);
+          load_swizzled<D, kKeys>(sv + ((j + 1) % 3) * kKeys * D, vbase + k1 * a.v_stride, a.v_stride, a.T - k1);
+          cp_async_commit();
+        }
+      }
+    };
+    // Once this thread's last scores of the item are in, Q is read: the next item's may load. The first thread of the
+    // second warpgroup issues it (that warpgroup's products trail the first's, so it seldom waits).
+    auto q_read = [&](int j) {
+      if constexpr (kTma) {
+        if (j != my_tiles - 1) return;
+        mbarrier_arrive(q_empty);
+        if (threadIdx.x == 128 && has_next) {
+          mbarrier_wait(q_empty, n & 1);
+          tma_q(next);
+        }
+      }
+    };
+    // S = Q K_j^T: panel kk / 4 of each, 32 bytes a step of 16 within a panel.
+    auto scores = [&](int j) {
+      const uint64_t k_desc = wgmma::descriptor(smem_addr(sk + ((base + j) % kKStages) * kKeys * D));
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t step = (kk & 3) * 32;
+        wgmma::mma_ss(s, wgmma::advance(q_desc, (kk >> 2) * kRows * 128 + step),
+                      wgmma::advance(k_desc, (kk >> 2) * kKeys * 128 + step), kk > 0);
+      }
+      wgmma::commit();
+    };
+    // S_j into P_j in place (float32): the mask, the new running max, the sum; `correction` rescales the old O and l.
+    auto softmax = [&](int j, float(&correction)[2]) {
+      // Key > query masked where the tile reaches past the warpgroup's first row (keys past T are among them).
+      const int k0 = j * kKeys;
+      if (k0 + kKeys - 1 > wg_first) {
+#pragma unroll
+        for (int c = 0; c < kKeys / 8; ++c)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (k0 + c * 8 + 2 * tig + (e & 1) > row + (e >> 1) * 8) s[c][e] = -INFINITY;
+      }
+      // Base 2: m is the reference the weights are taken against, the running max of the scaled scores or up to
+      // kSlack below it. It moves only when the max passes it by more than kSlack: until then the weights
+      // exp2(s - m) stay below 2^kSlack, far inside float32 and bf16, and O and l share the stale reference, so
+      // their ratio is the same; O's rescaling is skipped while no row of the warp moves (most tiles once the first
+      // ones have set the scale). Every row sees a key <= it in each tile it visits (tiles and warpgroups are
+      // aligned), so the max is finite.
+      constexpr float kSlack = 8.f;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < kKeys / 8; ++c) mx = fmaxf(mx, fmaxf(s[c][2 * r], s[c][2 * r + 1]));
+        mx = quad_max(mx) * a.scale_log2;
+        if (mx > m[r] + kSlack) {
+          correction[r] = exp2_ftz(m[r] - mx);  // 0 on the first tile (m = -inf)
+          m[r] = mx;
+        } else {
+          correction[r] = 1.f;
+          mx = m[r];
+        }
+        float sum = 0.f;
+#pragma unroll
+        for (int c = 0; c < kKeys / 8; ++c) {
+          s[c][2 * r] = exp2_ftz(fmaf(s[c][2 * r], a.scale_log2, -mx));
+          s[c][2 * r + 1] = exp2_ftz(fmaf(s[c][2 * r + 1], a.scale_log2, -mx));
+          sum += s[c][2 * r] + s[c][2 * r + 1];
+        }
+        l[r] = l[r] * correction[r] + sum;
+      }
+    };
+    auto to_operand = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) c_to_a(p[kk], s[2 * kk], s[2 * kk + 1]);
+    };
+
+    // Tile 0 (every warpgroup has it): O is still 0, nothing to rescale.
+    float correction[2];
+    // The warpgroups take turns issuing a tile's products, the first before the second (a named barrier: the first
+    // arrives once it has issued, the second waits for that), so the first's scores are in while the second's still
+    // run and its softmax overlaps them. The stream's tile t on named barrier 1 + t % 3: without a CTA barrier a tile
+    // (pipelined), the first can arrive for tiles t + 1 and t + 2 (the next item's, while the second stores this
+    // one's output) before the second has waited for tile t, and two arrivals on one barrier would complete it
+    // without the second. It cannot arrive for t + 3 before that: tile t + 3's copies wait for the second to release
+    // tile t, which it does after its turn of tile t.
+    auto wait_turn = [&](int j) {
+      if (wg == 1) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + (base + j) % 3) : "memory");
+    };
+    auto pass_turn = [&](int j) {
+      if (wg == 0) asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + (base + j) % 3) : "memory");
+    };
+    stage_in(0);
+    if constexpr (kTma) mbarrier_wait(q_full, n & 1);
+    wait_turn(0);
+    wgmma::fence();
+    scores(0);
+    pass_turn(0);
+    wgmma::wait<0>();
+    wgmma::keep(s);
+    q_read(0);
+    softmax(0, correction);
+    to_operand();
+    for (int j = 1; j < tiles; ++j) {
+      stage_in(j);
+      wait_turn(j);
+      if (j >= my_tiles) {  // only the first warpgroup ends early
+        pass_turn(j);
+        continue;
+      }
+      wgmma::keep(o);
+      wgmma::fence();
+      scores(j);
+      pv(j - 1);
+      wgmma::commit();
       pass_turn(j);
-      continue;
+      wgmma::wait<1>();
+      wgmma::keep(s);
+      q_read(j);
+      softmax(j, correction);
+      wgmma::wait<0>();  // P_{j-1} V_{j-1} is in O, and P_{j-1}'s registers are free
+      wgmma::keep(o);
+      if constexpr (kPipelined) mbarrier_arrive(empty + 8 * ((base + j - 1) % 3));  // K_{j-1}, V_{j-1} are read
+      if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
+#pragma unroll
+        for (int c = 0; c < D / 8; ++c) {
+          o[c][0] *= correction[0];
+          o[c][1] *= correction[0];
+          o[c][2] *= correction[1];
+          o[c][3] *= correction[1];
+        }
+      }
+      to_operand();
     }
+    // The last tile's P V (V_{my_tiles - 1} is still in its stage: no copy was issued after it into that one).
     wgmma::keep(o);
     wgmma::fence();
-    scores(j);
-    pv(j - 1);
+    pv(my_tiles - 1);
     wgmma::commit();
-    pass_turn(j);
-    wgmma::wait<1>();
-    wgmma::keep(s);
-    softmax(j, correction);
-    wgmma::wait<0>();  // P_{j-1} V_{j-1} is in O, and P_{j-1}'s registers are free
+    wgmma::wait<0>();
     wgmma::keep(o);
-    if constexpr (kPipelined) mbarrier_arrive(empty + 8 * ((j - 1) % 3));  // K_{j-1} and V_{j-1} are read
-    if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][0] *= correction[0];
-        o[n][1] *= correction[0];
-        o[n][2] *= correction[1];
-        o[n][3] *= correction[1];
-      }
-    }
-    to_operand();
-  }
-  // The last tile's P V (V_{my_tiles - 1} is still in its stage: no copy was issued after it into that one).
-  wgmma::keep(o);
-  wgmma::fence();
-  pv(my_tiles - 1);
-  wgmma::commit();
-  wgmma::wait<0>();
-  wgmma::keep(o);
+    // The item's last tiles released for the stream's next ones (the first warpgroup never read those past its own).
+    if constexpr (kTma)
+      for (int j = my_tiles - 1; j < tiles; ++j) mbarrier_arrive(empty + 8 * ((base + j) % 3));
 
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float sum = quad_sum(l[r]);
-    const float inv = 1.f / sum;
-    const int t = row + r * 8;
-    if (t >= a.T) continue;
-    bf16* dst = a.out + (row0 + t) * a.out_stride + h * D + 2 * tig;
+    for (int r = 0; r < 2; ++r) {
+      const float sum = quad_sum(l[r]);
+      const float inv = 1.f / sum;
+      const int t = row + r * 8;
+      if (t >= a.T) continue;
+      bf16* dst = a.out + (row0 + t) * a.out_stride + h * D + 2 * tig;
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<uint32_t*>(dst + n * 8) = pack_bf16(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-    if (tig == 0) a.lse[(static_cast<int64_t>(b) * a.H + h) * a.T + t] = (m[r] + log2f(sum)) * kLn2;
+      for (int c = 0; c < D / 8; ++c)
+        *reinterpret_cast<uint32_t*>(dst + c * 8) = pack_bf16(o[c][2 * r] * inv, o[c][2 * r + 1] * inv);
+      if (tig == 0) a.lse[(static_cast<int64_t>(b) * a.H + h) * a.T + t] = (m[r] + log2f(sum)) * kLn2;
+    }
+    if constexpr (!kTma) break;  // a CTA an item
+    base += tiles;
+    w = next_w;
+    item = next;
   }
 #endif  // RETORT_WGMMA_AVAILABLE
 }
@@ -882,13 +956,24 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
   if (!hopper()) return false;
   ForwardArgs a = args;
   a.longest_first = longest_first_grid();
-  const dim3 grid = grid_of((a.T + kRows - 1) / kRows, a.H, B, a.longest_first);
+  a.B = B;
+  const int items = (a.T + kRows - 1) / kRows * a.H * B;
   ForwardMaps maps{};
-  auto launch = [&](auto kernel, int keys, bool pipelined) {
-    // Q, 2 or 3 stages of K, 3 of V, six barriers, the slack to align.
-    const int smem_bytes = (kRows + (pipelined ? 6 : 5) * keys) * D * 2 + (pipelined ? 48 : 0) + 1024;
+  // persistent: as many CTAs as fit on the GPU at once, each taking items gridDim.x apart (the copy-engine kernel);
+  // else a CTA an item.
+  auto launch = [&](auto kernel, int keys, bool pipelined, bool persistent = false) {
+    // Q, 2 or 3 stages of K, 3 of V, eight barriers, the slack to align.
+    const int smem_bytes = (kRows + (pipelined ? 6 : 5) * keys) * D * 2 + (pipelined ? 64 : 0) + 1024;
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    kernel<<<grid, kThreads, smem_bytes, stream>>>(a, maps);
+    int ctas = items;
+    if (persistent) {
+      int device = 0, sms = 0, per_sm = 0;
+      RETORT_CUDA_CHECK(cudaGetDevice(&device));
+      RETORT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      RETORT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes));
+      ctas = std::min(items, std::max(per_sm, 1) * sms);
+    }
+    kernel<<<static_cast<unsigned>(ctas), kThreads, smem_bytes, stream>>>(a, maps);
     RETORT_CUDA_CHECK_LAUNCH();
   };
   // The pipelined schedule with the copy engine's loads (TMA), 128-key tiles at head size 128 and 64-key tiles with
@@ -904,10 +989,13 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
     if (tensor_map(&maps.q, a.q, a.q_stride, a.H * D, a.T, B, kRows) &&
         tensor_map(&maps.k, a.k, a.k_stride, KVD, a.T, B, keys) &&
         tensor_map(&maps.v, a.v, a.v_stride, KVD, a.T, B, keys)) {
+      // Persistent unless RETORT_FLASH_FORWARD_PERSISTENT=0 asks for a CTA an item (to measure the two against each
+      // other).
+      const bool persistent = !env_is("RETORT_FLASH_FORWARD_PERSISTENT", "0");
       if (D == 128)
-        launch(wgmma_forward_kernel<128, 128, 1, true, true>, 128, true);
+        launch(wgmma_forward_kernel<128, 128, 1, true, true>, 128, true, persistent);
       else
-        launch(wgmma_forward_kernel<64, 64, 2, true, true>, 64, true);
+        launch(wgmma_forward_kernel<64, 64, 2, true, true>, 64, true, persistent);
       return true;
     }
   }

@@ -6,8 +6,8 @@
 // [B, T, 3C] layout, and scores of magnitude 1e4; and the wgmma kernels (H100 / H200) against the mma.sync ones.
 // The GPU tests skip cleanly without a GPU; RETORT_FLASH_FORWARD=mma, RETORT_FLASH_BACKWARD=mma,
 // RETORT_FLASH_FORWARD_KEYS, RETORT_FLASH_BACKWARD_KEYS, RETORT_FLASH_FORWARD_SCHEDULE, RETORT_FLASH_BACKWARD_SCHEDULE,
-// RETORT_FLASH_BACKWARD_WALK, RETORT_FLASH_GRID, RETORT_FLASH_ROWS and RETORT_FLASH_KEYS in the environment run them on
-// the other kernels (gpu-checks/flash.sh does).
+// RETORT_FLASH_BACKWARD_WALK, RETORT_FLASH_GRID, RETORT_FLASH_FORWARD_PERSISTENT, RETORT_FLASH_ROWS and
+// RETORT_FLASH_KEYS in the environment run them on the other kernels (gpu-checks/flash.sh does).
 //
 // Tolerances (norm-wise relative error, ||x - ref|| / ||ref||): the kernels round P and dS to bf16 (8 significant
 // bits, relative rounding error <= 2^-9 ~ 2e-3) before their products and write out, dq, dk, dv in bf16 (another
@@ -364,14 +364,15 @@ struct ScopedEnv {
 // or CTA barriers; the loads by the copy engine or by every thread) and each way the
 // pipelined backward adds dQ (atomics in the gradient's row order or in the
 // registers' order, or the copy engine's bulk reductions), each order its CTAs walk the query tiles in, and both
-// orders of the grid. On other GPUs every run takes mma.sync.
+// orders of the grid, and the forward persistent or a CTA a work item. On other GPUs every run takes mma.sync.
 TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
   SKIP_WITHOUT_GPU();
   // (333 and 129 rows take the backward's cp.async loads: the tensor maps of lse and Dvec need T a multiple of 4. At
   // 3 x 4000 x 4 x 2 the backward's grid on 132 multiprocessors is a chunk of 4 (batch, key/value head) pairs and one
-  // of 2.)
+  // of 2. 3 x 4000 x 4 x 2 x 128 (384 query tiles) and 3 x 2000 x 8 x 2 x 64 (384, two CTAs a multiprocessor) give
+  // the persistent forward's CTAs several work items each, on an H100 or H200.)
   for (const Dims d : {Dims{2, 333, 8, 2, 128}, Dims{2, 204, 8, 2, 128}, Dims{1, 1000, 4, 1, 64},
-                       Dims{3, 129, 2, 2, 64}, Dims{3, 4000, 4, 2, 128}}) {
+                       Dims{3, 129, 2, 2, 64}, Dims{3, 4000, 4, 2, 128}, Dims{3, 2000, 8, 2, 64}}) {
     const Inputs in = random_inputs(d, 61);
     Result mma_sync;
     {
@@ -405,6 +406,10 @@ TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
     {  // the grid with the tile fastest
       ScopedEnv grid("RETORT_FLASH_GRID", "tile-fastest");
       runs.emplace_back("the grid with the tile fastest", run_flash(d, in, false));
+    }
+    {  // the forward a CTA a work item instead of persistent
+      ScopedEnv persistent("RETORT_FLASH_FORWARD_PERSISTENT", "0");
+      runs.emplace_back("the forward a CTA an item", run_flash(d, in, false));
     }
     for (const auto& [name, hopper] : runs) {
       const std::string tag = d.str() + " " + name;

@@ -442,37 +442,54 @@ __global__ void __launch_bounds__(32 * kKeyWarps) flash_backward_kernel(const Ba
   store_dk_dv<D>(a, dk, dv, row0, k0 + kw + g, kvh, tig);
 }
 
-// dq[b, t, h * D + d] = scale * acc(b, t, h, d), in the gradient's row stride, from the accumulator laid out as kLayout
-// says (DqLayout): 8 elements a thread.
-template <int D, DqLayout kLayout>
-__global__ void finish_dq_kernel(const float* acc, bf16* dq, int64_t dq_stride, int64_t rows, int T, int H,
-                                 float scale) {
+// dq[b, t, h * D + d] = scale * acc(b, t, h, d), in the gradient's row stride, from the accumulator in the gradient's
+// own order (DqLayout::Rows): 8 elements a thread.
+template <int D>
+__global__ void finish_dq_rows_kernel(const float* acc, bf16* dq, int64_t dq_stride, int64_t rows, int H, float scale) {
   const int64_t packs = rows * H * D / 8;
-  constexpr int kHalf = D / 2;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < packs;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t e = i * 8;
-    const int64_t bt = e / (H * D), col = e % (H * D);
     float v[8];
-    if constexpr (kLayout == DqLayout::Rows) {
-      load8(acc + e, v);
-    } else {
-      const int b = static_cast<int>(bt / T), t = static_cast<int>(bt % T);
-      const int h = static_cast<int>(col / D), d = static_cast<int>(col % D);
-      const float* half = acc + dq_tile_offset(b, h, t / 64, d / kHalf, H, T, D);
-      // Row r of the tile is row g (values 0, 1) or g + 8 (values 2, 3) of warp r / 16; columns c .. c + 7 are one
-      // block of 8, a pair at each of the lanes 4 g .. 4 g + 3.
-      const int r = t % 64, c = d % kHalf, g = r % 8, hi = (r % 16) / 8;
-#pragma unroll
-      for (int tig = 0; tig < 4; ++tig) {
-        const float* pair = half + dq_fragment_offset(r / 16, c / 8, 4 * g + tig, 2 * hi, kHalf);
-        v[2 * tig] = pair[0];
-        v[2 * tig + 1] = pair[1];
-      }
-    }
+    load8(acc + e, v);
 #pragma unroll
     for (float& x : v) x *= scale;
-    store8(dq + bt * dq_stride + col, v);
+    store8(dq + e / (H * D) * dq_stride + e % (H * D), v);
+  }
+}
+
+// The same from the accumulator in DqLayout::Fragments: a CTA a half of one query tile (64 rows x D / 2 columns,
+// contiguous there), read as the 4-float runs the backward added, so a warp's loads cover 512 contiguous bytes; staged
+// as bf16 rows in shared memory; written as 16-byte pieces of rows. (Reading each output row's values straight from
+// the fragments takes 8-byte loads 16 bytes apart, half of every sector: 3.2 times the time, Nsight Compute on an
+// H200, docs/benchmarks.md.)
+template <int D>
+__global__ void __launch_bounds__(256)
+    finish_dq_fragments_kernel(const float* acc, bf16* dq, int64_t dq_stride, int T, int H, float scale) {
+  constexpr int kHalf = D / 2, kBlocks = kHalf / 8;
+  constexpr int kPitch = kHalf + 8;  // bf16 a staged row: 16 bytes more spread 8 rows' pairs over the 32 banks
+  __shared__ __align__(16) bf16 staged[64 * kPitch];
+  const int tiles = (T + 63) / 64;
+  const int64_t block = blockIdx.x;  // ((b H + h) tiles + tile) 2 + half, the accumulator's order
+  const int half = static_cast<int>(block % 2), tile = static_cast<int>(block / 2 % tiles);
+  const int64_t bh = block / 2 / tiles;
+  const int h = static_cast<int>(bh % H);
+  const int64_t b = bh / H;
+  const float4* from = reinterpret_cast<const float4*>(acc + block * 64 * kHalf);
+  for (int i = threadIdx.x; i < 64 * kHalf / 4; i += 256) {
+    // Run i: lane i % 32 of column block n of warp w (dq_fragment_offset), rows 16 w + g and + 8, columns 8 n + 2 tig.
+    const float4 v = from[i];
+    const int lane = i % 32, w = i / 32 / kBlocks, n = i / 32 % kBlocks;
+    const int r = 16 * w + lane / 4, c = 8 * n + 2 * (lane % 4);
+    *reinterpret_cast<uint32_t*>(&staged[r * kPitch + c]) = pack_bf16(v.x * scale, v.y * scale);
+    *reinterpret_cast<uint32_t*>(&staged[(r + 8) * kPitch + c]) = pack_bf16(v.z * scale, v.w * scale);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 64 * kBlocks; i += 256) {
+    const int r = i / kBlocks, c = i % kBlocks * 8, t = tile * 64 + r;
+    if (t < T)
+      *reinterpret_cast<uint4*>(dq + (b * T + t) * dq_stride + h * D + half * kHalf + c) =
+          *reinterpret_cast<const uint4*>(&staged[r * kPitch + c]);
   }
 }
 
@@ -604,16 +621,16 @@ void backward(const Inputs& in, const void* dout, int64_t dout_stride, const voi
       RETORT_CUDA_CHECK_LAUNCH();
     }
 
-    const auto finish = [&](auto kernel) {
-      kernel<<<grid_for(rows * in.H * D / 8, 256), 256, 0, stream>>>(
-          static_cast<const float*>(dq_acc.data()), static_cast<bf16*>(dq), dq_stride, rows, static_cast<int>(in.T),
-          static_cast<int>(in.H), scale);
-      RETORT_CUDA_CHECK_LAUNCH();
-    };
-    if (layout == DqLayout::Fragments)
-      finish(finish_dq_kernel<D, DqLayout::Fragments>);
-    else
-      finish(finish_dq_kernel<D, DqLayout::Rows>);
+    const auto* acc = static_cast<const float*>(dq_acc.data());
+    if (layout == DqLayout::Fragments) {
+      const auto halves = static_cast<unsigned>(in.B * in.H * ((in.T + 63) / 64) * 2);
+      finish_dq_fragments_kernel<D><<<halves, 256, 0, stream>>>(acc, static_cast<bf16*>(dq), dq_stride,
+                                                                static_cast<int>(in.T), static_cast<int>(in.H), scale);
+    } else {
+      finish_dq_rows_kernel<D><<<grid_for(rows * in.H * D / 8, 256), 256, 0, stream>>>(
+          acc, static_cast<bf16*>(dq), dq_stride, rows, static_cast<int>(in.H), scale);
+    }
+    RETORT_CUDA_CHECK_LAUNCH();
   };
   if (in.D == 64) {
     run(std::integral_constant<int, 64>{});

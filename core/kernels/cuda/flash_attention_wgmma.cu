@@ -84,7 +84,9 @@ __device__ __forceinline__ ForwardItem forward_item(const ForwardArgs& a, int w,
 // kTma (pipelined only): thread 0 loads each tile of K and V with the copy engine from the tensor maps `maps`, which
 // count their bytes on the stage's barrier, so no other thread issues a copy; Q has a barrier of its own.
 //
-// A CTA takes the work items (query tile, head, batch) blockIdx.x, blockIdx.x + gridDim.x, ... (ForwardItem). The
+// A CTA takes the work items (query tile, head, batch; ForwardItem, longest first) in rounds of gridDim.x, its place in
+// a round reversed every other round (blockIdx.x, then 2 gridDim.x - 1 - blockIdx.x, ...), so that the CTA that took
+// a round's longest item takes the next round's shortest and the CTAs' sums of work stay level. The
 // copy-engine kernel is launched persistent, a CTA per slot of the GPU: its K and V tiles run as one stream through
 // the three stages across items (the next item's first tile loads during this one's last), and the next item's Q
 // loads once both warpgroups have read this one's for the last time, so a CTA's start (the first tiles' round trip)
@@ -141,7 +143,11 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
       tma_load_3d(smem_addr(sq + p * kRows * 64), &maps.q, item.h * D + p * 64, item.q_tile * kRows, item.b, q_full);
   };
 
-  int w = blockIdx.x;
+  const auto item_index = [&](int n) {  // the CTA's n-th item
+    const int round = static_cast<int>(gridDim.x), at = static_cast<int>(blockIdx.x);
+    return n * round + ((n & 1) ? round - 1 - at : at);
+  };
+  int w = item_index(0);
   ForwardItem item = forward_item(a, w, kRows);
   if constexpr (kTma) {
     if (threadIdx.x == 0 && w < items) {
@@ -152,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   // base: the CTA's count of key tiles before this item's, so its tile j is the stream's tile base + j, in stage
   // (base + j) % 3; n: the CTA's count of items before this one (the parity of Q's barriers).
   for (int base = 0, n = 0; w < items; ++n) {
-    const int next_w = w + static_cast<int>(gridDim.x);
+    const int next_w = item_index(n + 1);
     const bool has_next = kTma && next_w < items;
     const ForwardItem next = forward_item(a, has_next ? next_w : w, kRows);
     const int q_tile = item.q_tile, h = item.h, b = item.b;

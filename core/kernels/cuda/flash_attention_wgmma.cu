@@ -348,10 +348,10 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
       pass_turn(j);
       wgmma::wait<1>();
       wgmma::keep(s);
-      q_read(j);
       softmax(j, correction);
       wgmma::wait<0>();  // P_{j-1} V_{j-1} is in O, and P_{j-1}'s registers are free
       wgmma::keep(o);
+      q_read(j);
       if constexpr (kPipelined) mbarrier_arrive(empty + 8 * ((base + j - 1) % 3));  // K_{j-1}, V_{j-1} are read
       if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
 #pragma unroll
@@ -995,9 +995,10 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
     if (tensor_map(&maps.q, a.q, a.q_stride, a.H * D, a.T, B, kRows) &&
         tensor_map(&maps.k, a.k, a.k_stride, KVD, a.T, B, keys) &&
         tensor_map(&maps.v, a.v, a.v_stride, KVD, a.T, B, keys)) {
-      // Persistent unless RETORT_FLASH_FORWARD_PERSISTENT=0 asks for a CTA an item (to measure the two against each
-      // other).
-      const bool persistent = !env_is("RETORT_FLASH_FORWARD_PERSISTENT", "0");
+      // Persistent at head size 128, a CTA an item at 64; RETORT_FLASH_FORWARD_PERSISTENT=0 or 1 picks one (to measure
+      // the two against each other).
+      const bool persistent = env_is("RETORT_FLASH_FORWARD_PERSISTENT", "1") ||
+                              (D == 128 && !env_is("RETORT_FLASH_FORWARD_PERSISTENT", "0"));
       if (D == 128)
         launch(wgmma_forward_kernel<128, 128, 1, true, true>, 128, true, persistent);
       else

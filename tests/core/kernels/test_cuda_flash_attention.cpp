@@ -407,9 +407,9 @@ TEST(CudaFlashAttention, WarpgroupAndMmaSyncKernelsAgree) {
       ScopedEnv grid("RETORT_FLASH_GRID", "tile-fastest");
       runs.emplace_back("the grid with the tile fastest", run_flash(d, in, false));
     }
-    {  // the forward a CTA a work item instead of persistent
-      ScopedEnv persistent("RETORT_FLASH_FORWARD_PERSISTENT", "0");
-      runs.emplace_back("the forward a CTA an item", run_flash(d, in, false));
+    for (const char* persistent : {"0", "1"}) {  // the forward a CTA a work item, and persistent
+      ScopedEnv forward_ctas("RETORT_FLASH_FORWARD_PERSISTENT", persistent);
+      runs.emplace_back(std::string("the forward persistent ") + persistent, run_flash(d, in, false));
     }
     for (const auto& [name, hopper] : runs) {
       const std::string tag = d.str() + " " + name;

@@ -86,16 +86,17 @@ __device__ __forceinline__ ForwardItem forward_item(const ForwardArgs& a, int w,
 //
 // A CTA takes the work items (query tile, head, batch; ForwardItem, longest first) in rounds of gridDim.x, its place in
 // a round reversed every other round (blockIdx.x, then 2 gridDim.x - 1 - blockIdx.x, ...), so that the CTA that took
-// a round's longest item takes the next round's shortest and the CTAs' sums of work stay level. The
-// copy-engine kernel is launched persistent, a CTA per slot of the GPU: its K and V tiles run as one stream through
-// the three stages across items (the next item's first tile loads during this one's last), and the next item's Q
-// loads once both warpgroups have read this one's for the last time, so a CTA's start (the first tiles' round trip)
-// overlaps the item before. The other kernels get a CTA an item.
-template <int D, int kKeys, int kBlocks, bool kPipelined, bool kTma = false>
+// a round's longest item takes the next round's shortest and the CTAs' sums of work stay level. kPersistent (the
+// copy-engine kernel only): launched a CTA per slot of the GPU, its K and V tiles run as one stream through the three
+// stages across items (the next item's first tile loads during this one's last), and the next item's Q loads once
+// both warpgroups have read this one's for the last time, so a CTA's start (the first tiles' round trip) overlaps the
+// item before; else a CTA an item.
+template <int D, int kKeys, int kBlocks, bool kPipelined, bool kTma = false, bool kPersistent = false>
 __global__ void __launch_bounds__(kThreads, kBlocks)
     wgmma_forward_kernel(const ForwardArgs a, const __grid_constant__ ForwardMaps maps) {
 #if defined(RETORT_WGMMA_AVAILABLE)
   static_assert(kPipelined || !kTma);
+  static_assert(kTma || !kPersistent);
   constexpr int kKStages = kPipelined ? 3 : 2;
   extern __shared__ unsigned char smem_raw[];
   // Swizzled operands start on 1024 bytes (the launch asks for the slack).
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   // (base + j) % 3; n: the CTA's count of items before this one (the parity of Q's barriers).
   for (int base = 0, n = 0; w < items; ++n) {
     const int next_w = item_index(n + 1);
-    const bool has_next = kTma && next_w < items;
+    const bool has_next = kPersistent && next_w < items;
     const ForwardItem next = forward_item(a, has_next ? next_w : w, kRows);
     const int q_tile = item.q_tile, h = item.h, b = item.b;
     const int kvh = h / a.group;
@@ -241,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     // Once this thread's last scores of the item are in, Q is read: the next item's may load. The first thread of the
     // second warpgroup issues it (that warpgroup's products trail the first's, so it seldom waits).
     auto q_read = [&](int j) {
-      if constexpr (kTma) {
+      if constexpr (kPersistent) {
         if (j != my_tiles - 1) return;
         mbarrier_arrive(q_empty);
         if (threadIdx.x == 128 && has_next) {
@@ -348,10 +349,10 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
       pass_turn(j);
       wgmma::wait<1>();
       wgmma::keep(s);
+      q_read(j);
       softmax(j, correction);
       wgmma::wait<0>();  // P_{j-1} V_{j-1} is in O, and P_{j-1}'s registers are free
       wgmma::keep(o);
-      q_read(j);
       if constexpr (kPipelined) mbarrier_arrive(empty + 8 * ((base + j - 1) % 3));  // K_{j-1}, V_{j-1} are read
       if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
 #pragma unroll
@@ -372,7 +373,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     wgmma::wait<0>();
     wgmma::keep(o);
     // The item's last tiles released for the stream's next ones (the first warpgroup never read those past its own).
-    if constexpr (kTma)
+    if constexpr (kPersistent)
       for (int j = my_tiles - 1; j < tiles; ++j) mbarrier_arrive(empty + 8 * ((base + j) % 3));
 
 #pragma unroll
@@ -387,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
         *reinterpret_cast<uint32_t*>(dst + c * 8) = pack_bf16(o[c][2 * r] * inv, o[c][2 * r + 1] * inv);
       if (tig == 0) a.lse[(static_cast<int64_t>(b) * a.H + h) * a.T + t] = (m[r] + log2f(sum)) * kLn2;
     }
-    if constexpr (!kTma) break;  // a CTA an item
+    if constexpr (!kPersistent) break;  // a CTA an item
     base += tiles;
     w = next_w;
     item = next;
@@ -965,8 +966,8 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
   a.B = B;
   const int items = (a.T + kRows - 1) / kRows * a.H * B;
   ForwardMaps maps{};
-  // persistent: as many CTAs as fit on the GPU at once, each taking items gridDim.x apart (the copy-engine kernel);
-  // else a CTA an item.
+  // persistent (a kPersistent kernel): as many CTAs as fit on the GPU at once, each taking items in rounds; else a CTA
+  // an item.
   auto launch = [&](auto kernel, int keys, bool pipelined, bool persistent = false) {
     // Q, 2 or 3 stages of K, 3 of V, eight barriers, the slack to align.
     const int smem_bytes = (kRows + (pipelined ? 6 : 5) * keys) * D * 2 + (pipelined ? 64 : 0) + 1024;
@@ -999,10 +1000,14 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
       // the two against each other).
       const bool persistent = env_is("RETORT_FLASH_FORWARD_PERSISTENT", "1") ||
                               (D == 128 && !env_is("RETORT_FLASH_FORWARD_PERSISTENT", "0"));
-      if (D == 128)
-        launch(wgmma_forward_kernel<128, 128, 1, true, true>, 128, true, persistent);
+      if (D == 128 && persistent)
+        launch(wgmma_forward_kernel<128, 128, 1, true, true, true>, 128, true, true);
+      else if (D == 128)
+        launch(wgmma_forward_kernel<128, 128, 1, true, true>, 128, true);
+      else if (persistent)
+        launch(wgmma_forward_kernel<64, 64, 2, true, true, true>, 64, true, true);
       else
-        launch(wgmma_forward_kernel<64, 64, 2, true, true>, 64, true, persistent);
+        launch(wgmma_forward_kernel<64, 64, 2, true, true>, 64, true);
       return true;
     }
   }

@@ -62,7 +62,7 @@ __device__ __forceinline__ void load_swizzled(bf16* tile, const bf16* src, int64
 
 // A forward work item: query tile q_tile (of kRows rows) of head h of batch b.
 struct ForwardItem {
-  int q_tile, h, b;
+  int q_tile, h, b, kvh;  // kvh: h's key/value head
 };
 __device__ __forceinline__ int forward_items(const ForwardArgs& a, int rows) {
   return (a.T + rows - 1) / rows * a.H * a.B;
@@ -72,10 +72,11 @@ __device__ __forceinline__ int forward_items(const ForwardArgs& a, int rows) {
 __device__ __forceinline__ ForwardItem forward_item(const ForwardArgs& a, int w, int rows) {
   const int q_tiles = (a.T + rows - 1) / rows;
   if (a.longest_first) {
-    const int hb = a.H * a.B;
-    return {q_tiles - 1 - w / hb, w % a.H, w % hb / a.H};
+    const int hb = a.H * a.B, h = w % a.H;
+    return {q_tiles - 1 - w / hb, h, w % hb / a.H, h / a.group};
   }
-  return {q_tiles - 1 - w % q_tiles, w / q_tiles % a.H, w / (q_tiles * a.H)};
+  const int h = w / q_tiles % a.H;
+  return {q_tiles - 1 - w % q_tiles, h, w / (q_tiles * a.H), h / a.group};
 }
 
 // kBlocks CTAs a multiprocessor: 2 for the 64-key tiles at head size 64, whose accumulators fit in 128 registers.
@@ -126,22 +127,22 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     __syncthreads();  // the barriers are set up
   }
   // TMA: key tile j of `item` into stage st, panel by panel (64 columns each, the swizzled tile's panels), and the
-  // bytes the stage's barrier then expects; Q of `item` on its own barrier.
-  const auto tma_tile = [&](const ForwardItem& item, int j, int st) {
+  // bytes the stage's barrier then expects (with `extra` more). Q of `item` on barrier `bar`, its bytes expected
+  // there by the caller: the persistent kernel's own barrier for Q, else the first tile's (one wait for both).
+  const auto tma_tile = [&](const ForwardItem& item, int j, int st, uint32_t extra = 0) {
     const uint32_t bar = full + 8 * st;
-    const int kvh = item.h / a.group;
-    mbarrier_expect_tx(bar, 2 * kKeys * D * 2);
+    mbarrier_expect_tx(bar, 2 * kKeys * D * 2 + extra);
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) {
-      tma_load_3d(smem_addr(sk + st * kKeys * D + p * kKeys * 64), &maps.k, kvh * D + p * 64, j * kKeys, item.b, bar);
-      tma_load_3d(smem_addr(sv + st * kKeys * D + p * kKeys * 64), &maps.v, kvh * D + p * 64, j * kKeys, item.b, bar);
+      const int col = item.kvh * D + p * 64;
+      tma_load_3d(smem_addr(sk + st * kKeys * D + p * kKeys * 64), &maps.k, col, j * kKeys, item.b, bar);
+      tma_load_3d(smem_addr(sv + st * kKeys * D + p * kKeys * 64), &maps.v, col, j * kKeys, item.b, bar);
     }
   };
-  const auto tma_q = [&](const ForwardItem& item) {
-    mbarrier_expect_tx(q_full, kRows * D * 2);
+  const auto tma_q = [&](const ForwardItem& item, uint32_t bar) {
 #pragma unroll
     for (int p = 0; p < D / 64; ++p)
-      tma_load_3d(smem_addr(sq + p * kRows * 64), &maps.q, item.h * D + p * 64, item.q_tile * kRows, item.b, q_full);
+      tma_load_3d(smem_addr(sq + p * kRows * 64), &maps.q, item.h * D + p * 64, item.q_tile * kRows, item.b, bar);
   };
 
   const auto item_index = [&](int n) {  // the CTA's n-th item
@@ -152,8 +153,14 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   ForwardItem item = forward_item(a, w, kRows);
   if constexpr (kTma) {
     if (threadIdx.x == 0 && w < items) {
-      tma_tile(item, 0, 0);
-      tma_q(item);
+      if constexpr (kPersistent) {
+        tma_tile(item, 0, 0);
+        mbarrier_expect_tx(q_full, kRows * D * 2);
+        tma_q(item, q_full);
+      } else {
+        tma_tile(item, 0, 0, kRows * D * 2);
+        tma_q(item, full);
+      }
     }
   }
   // base: the CTA's count of key tiles before this item's, so its tile j is the stream's tile base + j, in stage
@@ -162,8 +169,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     const int next_w = item_index(n + 1);
     const bool has_next = kPersistent && next_w < items;
     const ForwardItem next = forward_item(a, has_next ? next_w : w, kRows);
-    const int q_tile = item.q_tile, h = item.h, b = item.b;
-    const int kvh = h / a.group;
+    const int q_tile = item.q_tile, h = item.h, b = item.b, kvh = item.kvh;
     const int q0 = q_tile * kRows;
     const int wg_first = q0 + 64 * wg, wg_last = wg_first + 63;
     const int row = wg_first + 16 * (warp & 3) + g;  // this thread's rows: row and row + 8
@@ -247,7 +253,8 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
         mbarrier_arrive(q_empty);
         if (threadIdx.x == 128 && has_next) {
           mbarrier_wait(q_empty, n & 1);
-          tma_q(next);
+          mbarrier_expect_tx(q_full, kRows * D * 2);
+          tma_q(next, q_full);
         }
       }
     };
@@ -317,14 +324,15 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     // one's output) before the second has waited for tile t, and two arrivals on one barrier would complete it
     // without the second. It cannot arrive for t + 3 before that: tile t + 3's copies wait for the second to release
     // tile t, which it does after its turn of tile t.
+    const auto turn_barrier = [&](int j) { return kPersistent ? 1 + (base + j) % 3 : 1 + (j & 1); };
     auto wait_turn = [&](int j) {
-      if (wg == 1) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + (base + j) % 3) : "memory");
+      if (wg == 1) asm volatile("bar.sync %0, 256;\n" ::"r"(turn_barrier(j)) : "memory");
     };
     auto pass_turn = [&](int j) {
-      if (wg == 0) asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + (base + j) % 3) : "memory");
+      if (wg == 0) asm volatile("bar.arrive %0, 256;\n" ::"r"(turn_barrier(j)) : "memory");
     };
     stage_in(0);
-    if constexpr (kTma) mbarrier_wait(q_full, n & 1);
+    if constexpr (kPersistent) mbarrier_wait(q_full, n & 1);
     wait_turn(0);
     wgmma::fence();
     scores(0);

@@ -14,7 +14,7 @@ mkdir -p "$out"
 # schedules (docs/architecture.md), RETORT_FLASH_BACKWARD_WALK=diagonal the pipelined backward's walk of the query
 # tiles from the diagonal, RETORT_FLASH_GRID=tile-fastest the wgmma kernels' grid with the tile fastest (the longest
 # CTAs of every head first by default), RETORT_FLASH_FORWARD_PERSISTENT=0 / 1 the copy-engine forward a CTA a work
-# item / persistent (by default persistent at head size 128 only), RETORT_FLASH_FORWARD=mma the
+# item / persistent (by default persistent at head size 128 up to T = 1024), RETORT_FLASH_FORWARD=mma the
 # mma.sync forward (32 query rows a warp, or 16 with RETORT_FLASH_ROWS=16),
 # RETORT_FLASH_BACKWARD=mma the mma.sync backward (128 keys a CTA at head size 128, 64 at 64; RETORT_FLASH_KEYS=64 /
 # 128 the other key tile).

@@ -319,11 +319,13 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     float correction[2];
     // The warpgroups take turns issuing a tile's products, the first before the second (a named barrier: the first
     // arrives once it has issued, the second waits for that), so the first's scores are in while the second's still
-    // run and its softmax overlaps them. The stream's tile t on named barrier 1 + t % 3: without a CTA barrier a tile
-    // (pipelined), the first can arrive for tiles t + 1 and t + 2 (the next item's, while the second stores this
-    // one's output) before the second has waited for tile t, and two arrivals on one barrier would complete it
-    // without the second. It cannot arrive for t + 3 before that: tile t + 3's copies wait for the second to release
-    // tile t, which it does after its turn of tile t.
+    // run and its softmax overlaps them. Without a CTA barrier a tile (pipelined), the first can arrive for later
+    // tiles before the second has waited for tile t, and two arrivals on one barrier would complete it without the
+    // second; so tile j of an item takes named barrier 1 + j % 2: the first cannot arrive for j + 2 before the second
+    // has waited for j (tile j + 2's copies wait for the second to release tile j, after its turn of it). Persistent,
+    // the stream's tile t takes 1 + t % 3: the first can then also arrive for t + 2 (the next item's, while the second
+    // stores this one's output) but not for t + 3 (its copies wait for the release of tile t). (Three barriers, and
+    // Q on a barrier of its own, cost the kernel that is not persistent 3-7% on an H200: docs/benchmarks.md.)
     const auto turn_barrier = [&](int j) { return kPersistent ? 1 + (base + j) % 3 : 1 + (j & 1); };
     auto wait_turn = [&](int j) {
       if (wg == 1) asm volatile("bar.sync %0, 256;\n" ::"r"(turn_barrier(j)) : "memory");
@@ -1004,10 +1006,12 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
     if (tensor_map(&maps.q, a.q, a.q_stride, a.H * D, a.T, B, kRows) &&
         tensor_map(&maps.k, a.k, a.k_stride, KVD, a.T, B, keys) &&
         tensor_map(&maps.v, a.v, a.v_stride, KVD, a.T, B, keys)) {
-      // Persistent at head size 128, a CTA an item at 64; RETORT_FLASH_FORWARD_PERSISTENT=0 or 1 picks one (to measure
-      // the two against each other).
+      // Persistent at head size 128 up to 8 query tiles a head (T <= 1024: items of 1 to 8 key tiles, whose start
+      // it overlaps), 3-6% faster there and 1-2% slower at T = 2048 and 4096; a CTA an item at head size 64, where
+      // persistent was 2-13% slower (an H200, docs/benchmarks.md). RETORT_FLASH_FORWARD_PERSISTENT=0 or 1 picks one,
+      // to measure them against each other.
       const bool persistent = env_is("RETORT_FLASH_FORWARD_PERSISTENT", "1") ||
-                              (D == 128 && !env_is("RETORT_FLASH_FORWARD_PERSISTENT", "0"));
+                              (D == 128 && a.T <= 8 * kRows && !env_is("RETORT_FLASH_FORWARD_PERSISTENT", "0"));
       if (D == 128 && persistent)
         launch(wgmma_forward_kernel<128, 128, 1, true, true, true>, 128, true, true);
       else if (D == 128)

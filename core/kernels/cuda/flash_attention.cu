@@ -461,7 +461,7 @@ __global__ void finish_dq_rows_kernel(const float* acc, bf16* dq, int64_t dq_str
 // The same from the accumulator in DqLayout::Fragments: a CTA a half of one query tile (64 rows x D / 2 columns,
 // contiguous there), read as the 4-float runs the backward added, so a warp's loads cover 512 contiguous bytes; staged
 // as bf16 rows in shared memory; written as 16-byte pieces of rows. (Reading each output row's values straight from
-// the fragments takes 8-byte loads 16 bytes apart, half of every sector: 3.2 times the time, Nsight Compute on an
+// the fragments takes 8-byte loads 16 bytes apart, half of every sector: 3.8 times the time, Nsight Compute on an
 // H200, docs/benchmarks.md.)
 template <int D>
 __global__ void __launch_bounds__(256)

@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     // has waited for j (tile j + 2's copies wait for the second to release tile j, after its turn of it). Persistent,
     // the stream's tile t takes 1 + t % 3: the first can then also arrive for t + 2 (the next item's, while the second
     // stores this one's output) but not for t + 3 (its copies wait for the release of tile t). (Three barriers, and
-    // Q on a barrier of its own, cost the kernel that is not persistent 3-7% on an H200: docs/benchmarks.md.)
+    // Q on a barrier of its own, cost the kernel that is not persistent 3-11% on an H200: docs/benchmarks.md.)
     const auto turn_barrier = [&](int j) { return kPersistent ? 1 + (base + j) % 3 : 1 + (j & 1); };
     auto wait_turn = [&](int j) {
       if (wg == 1) asm volatile("bar.sync %0, 256;\n" ::"r"(turn_barrier(j)) : "memory");
@@ -1008,7 +1008,7 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
         tensor_map(&maps.v, a.v, a.v_stride, KVD, a.T, B, keys)) {
       // Persistent at head size 128 up to 8 query tiles a head (T <= 1024: items of 1 to 8 key tiles, whose start
       // it overlaps), 3-6% faster there and 1-2% slower at T = 2048 and 4096; a CTA an item at head size 64, where
-      // persistent was 2-13% slower (an H200, docs/benchmarks.md). RETORT_FLASH_FORWARD_PERSISTENT=0 or 1 picks one,
+      // persistent was 3-16% slower (an H200, docs/benchmarks.md). RETORT_FLASH_FORWARD_PERSISTENT=0 or 1 picks one,
       // to measure them against each other.
       const bool persistent = env_is("RETORT_FLASH_FORWARD_PERSISTENT", "1") ||
                               (D == 128 && a.T <= 8 * kRows && !env_is("RETORT_FLASH_FORWARD_PERSISTENT", "0"));

@@ -64,7 +64,7 @@ __device__ __forceinline__ void load_swizzled(bf16* tile, const bf16* src, int64
 struct ForwardItem {
   int q_tile, h, b, kvh;  // kvh: h's key/value head
 };
-__device__ __forceinline__ int forward_items(const ForwardArgs& a, int rows) {
+__host__ __device__ __forceinline__ int forward_items(const ForwardArgs& a, int rows) {
   return (a.T + rows - 1) / rows * a.H * a.B;
 }
 // Item w of a launch. ForwardArgs::longest_first: the heads fastest, then the batches, then the query tiles from the
@@ -900,13 +900,6 @@ bool env_is(const char* name, std::string_view value) {
   return set != nullptr && std::string_view(set) == value;
 }
 
-// The grid of `tiles` tiles of `heads` heads over B batches: the tile slowest when `longest_first` (ForwardArgs),
-// else fastest.
-dim3 grid_of(int tiles, int heads, int B, bool longest_first) {
-  const auto t = static_cast<unsigned>(tiles), h = static_cast<unsigned>(heads), b = static_cast<unsigned>(B);
-  return longest_first ? dim3(h, b, t) : dim3(t, h, b);
-}
-
 // The longest CTAs first across all heads (ForwardArgs::longest_first), unless RETORT_FLASH_GRID=tile-fastest asks
 // for the grid with the tile fastest.
 bool longest_first_grid() {
@@ -974,7 +967,7 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
   ForwardArgs a = args;
   a.longest_first = longest_first_grid();
   a.B = B;
-  const int items = (a.T + kRows - 1) / kRows * a.H * B;
+  const int items = forward_items(a, kRows);
   ForwardMaps maps{};
   // persistent (a kPersistent kernel): as many CTAs as fit on the GPU at once, each taking items in rounds; else a CTA
   // an item.
@@ -1060,8 +1053,8 @@ bool backward_wgmma(const BackwardArgs& args, int D, int B, int KV, cudaStream_t
     const int tiles = (a.T + keys - 1) / keys;
     BackwardArgs args_of_grid = a;
     args_of_grid.chunk = backward_chunk(tiles, KV * B);
-    const dim3 grid =
-        args_of_grid.chunk == 0 ? grid_of(tiles, KV, B, false) : dim3(static_cast<unsigned>(tiles * KV * B));
+    const auto t = static_cast<unsigned>(tiles), kv = static_cast<unsigned>(KV), b = static_cast<unsigned>(B);
+    const dim3 grid = args_of_grid.chunk == 0 ? dim3(t, kv, b) : dim3(t * kv * b);
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     kernel<<<grid, 128 * groups, smem_bytes, stream>>>(args_of_grid, extra...);
     RETORT_CUDA_CHECK_LAUNCH();

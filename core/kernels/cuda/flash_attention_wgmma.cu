@@ -83,7 +83,8 @@ __device__ __forceinline__ ForwardItem forward_item(const ForwardArgs& a, int w,
 // kPipelined: K and V in three stages whose copies each thread signals on a shared-memory barrier, and released on a
 // second one once read, so the warpgroups never meet at a CTA barrier; else two stages of K, a CTA barrier a tile.
 // kTma (pipelined only): thread 0 loads each tile of K and V with the copy engine from the tensor maps `maps`, which
-// count their bytes on the stage's barrier, so no other thread issues a copy; Q has a barrier of its own.
+// count their bytes on the stage's barrier, so no other thread issues a copy (Q's on the first tile's barrier, or on
+// one of its own in the persistent kernel).
 //
 // A CTA takes the work items (query tile, head, batch; ForwardItem, longest first) in rounds of gridDim.x, its place in
 // a round reversed every other round (blockIdx.x, then 2 gridDim.x - 1 - blockIdx.x, ...), so that the CTA that took
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   bf16* sk = sq + kRows * D;             // kKStages
   bf16* sv = sk + kKStages * kKeys * D;  // 3 stages: tile j - 1's is read while tile j + 1's loads
   // Pipelined: a stage's copies are in (every thread's arrival once its own land, or the copy engine's), a stage is
-  // read (every thread's); TMA: Q's copy is in, Q is read for the last time in this item (every thread's).
+  // read (every thread's); persistent: Q's copy is in, Q is read for the last time in this item (every thread's).
   uint64_t* bars = reinterpret_cast<uint64_t*>(sv + 3 * kKeys * D);
   const uint32_t full = smem_addr(bars), empty = smem_addr(bars + 3), q_full = smem_addr(bars + 6),
                  q_empty = smem_addr(bars + 7);

@@ -907,16 +907,21 @@ bool longest_first_grid() {
   return !env_is("RETORT_FLASH_GRID", "tile-fastest");
 }
 
+// The current device's multiprocessors.
+int multiprocessors() {
+  int device = 0, sms = 0;
+  RETORT_CUDA_CHECK(cudaGetDevice(&device));
+  RETORT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 // The backward's chunk (BackwardArgs::chunk) for `tiles` key tiles of `pairs` (batch, key/value head) pairs: about a
 // wave of CTAs, one a multiprocessor; RETORT_FLASH_GRID=tile-fastest gives 0 (the key tile fastest) and
 // RETORT_FLASH_GRID=longest-first one chunk of every pair.
 int backward_chunk(int tiles, int pairs) {
   if (env_is("RETORT_FLASH_GRID", "tile-fastest")) return 0;
   if (env_is("RETORT_FLASH_GRID", "longest-first")) return pairs;
-  int device = 0, sms = 0;
-  RETORT_CUDA_CHECK(cudaGetDevice(&device));
-  RETORT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return std::clamp(sms / tiles, 1, pairs);
+  return std::clamp(multiprocessors() / tiles, 1, pairs);
 }
 }  // namespace
 #endif
@@ -978,11 +983,9 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
     RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     int ctas = items;
     if (persistent) {
-      int device = 0, sms = 0, per_sm = 0;
-      RETORT_CUDA_CHECK(cudaGetDevice(&device));
-      RETORT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      int per_sm = 0;
       RETORT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes));
-      ctas = std::min(items, std::max(per_sm, 1) * sms);
+      ctas = std::min(items, std::max(per_sm, 1) * multiprocessors());
     }
     kernel<<<static_cast<unsigned>(ctas), kThreads, smem_bytes, stream>>>(a, maps);
     RETORT_CUDA_CHECK_LAUNCH();
@@ -1001,7 +1004,7 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
         tensor_map(&maps.k, a.k, a.k_stride, KVD, a.T, B, keys) &&
         tensor_map(&maps.v, a.v, a.v_stride, KVD, a.T, B, keys)) {
       // Persistent at head size 128 up to 8 query tiles a head (T <= 1024: items of 1 to 8 key tiles, whose start
-      // it overlaps), 3-6% faster there and 1-2% slower at T = 2048 and 4096; a CTA an item at head size 64, where
+      // it overlaps), 3-6% faster there and 1-3% slower at T = 2048 and 4096; a CTA an item at head size 64, where
       // persistent was 3-16% slower (an H200, docs/benchmarks.md). RETORT_FLASH_FORWARD_PERSISTENT=0 or 1 picks one,
       // to measure them against each other.
       const bool persistent = env_is("RETORT_FLASH_FORWARD_PERSISTENT", "1") ||
@@ -1033,7 +1036,7 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
   }
   return true;
 #else
-  (void)a, (void)D, (void)B, (void)stream;
+  (void)args, (void)D, (void)B, (void)stream;
   return false;
 #endif
 }

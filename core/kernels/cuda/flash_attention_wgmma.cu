@@ -152,9 +152,6 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   };
   int w = item_index(0);
   ForwardItem item = forward_item(a, w, kRows);
-  // A CTA an item, by the copy engine: the second warpgroup issues each tile's copies once it has released the stage
-  // (kTrailingIssue, below), so the three stages start full.
-  constexpr bool kTrailingIssue = kTma && !kPersistent;
   if constexpr (kTma) {
     if (threadIdx.x == 0 && w < items) {
       if constexpr (kPersistent) {
@@ -164,8 +161,6 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
       } else {
         tma_tile(item, 0, 0, kRows * D * 2);
         tma_q(item, full);
-        const int tiles = min((item.q_tile * kRows + kRows - 1) / kKeys + 1, (a.T + kKeys - 1) / kKeys);
-        for (int j = 1; j < min(tiles, 3); ++j) tma_tile(item, j, j);
       }
     }
   }
@@ -215,9 +210,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     };
     // Waits for tile j's copies and starts the stream's next tile (this item's j + 1, or the next item's first).
     auto stage_in = [&](int j) {
-      if constexpr (kTrailingIssue) {
-        mbarrier_wait(full + 8 * (j % 3), (j / 3) & 1);
-      } else if constexpr (kTma) {
+      if constexpr (kTma) {
         // The stream's tile base + j + 1 goes where tile base + j - 2 was, once every thread has released it; thread
         // 0 issues it.
         const int t = base + j;
@@ -372,15 +365,6 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
       wgmma::wait<0>();  // P_{j-1} V_{j-1} is in O, and P_{j-1}'s registers are free
       wgmma::keep(o);
       if constexpr (kPipelined) mbarrier_arrive(empty + 8 * ((base + j - 1) % 3));  // K_{j-1}, V_{j-1} are read
-      // Tile j + 2 into tile j - 1's stage, issued by the warpgroup that releases it last, which then seldom waits.
-      // (Issued by the first warpgroup's first thread before tile j + 1's products, the copies waited for the second
-      // warpgroup's softmax of tile j - 1, and that warpgroup's products with them: the two no longer alternated.)
-      if constexpr (kTrailingIssue) {
-        if (threadIdx.x == 128 && j + 2 < tiles) {
-          mbarrier_wait(empty + 8 * ((j - 1) % 3), ((j - 1) / 3) & 1);
-          tma_tile(item, j + 2, (j - 1) % 3);
-        }
-      }
       if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
 #pragma unroll
         for (int c = 0; c < D / 8; ++c) {

@@ -7,6 +7,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/ops/fusion.h"
 #include "core/tensor/device_runtime.h"
+#include "core/tensor/slicing.h"
 #include "core/util/error.h"
 
 namespace retort::ops {
@@ -116,6 +117,23 @@ kernels::NormedLinear FoldedNormCache::get(const Tensor& norm_weight, const Tens
   places_ = places;
   stamps_ = stamps;
   return folded_;
+}
+
+Tensor PaddedRowsCache::get(const Tensor& weight) {
+  RETORT_CHECK(weight.ndim() == 2, "PaddedRowsCache: a weight [N, K], got {}", weight.describe());
+  const int64_t N = weight.size(0), padded_rows = (N + 7) / 8 * 8;
+  if (padded_rows == N) return weight;
+  const void* place = weight.raw_data();
+  const uint64_t stamp = weight.impl()->storage->version();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (padded_.defined() && place == place_ && stamp == stamp_) return padded_;
+  Tensor padded = Tensor::zeros({padded_rows, weight.size(1)}, weight.dtype(), weight.device());
+  copy_into_narrow(padded, 0, 0, weight);
+  if (device_runtime::capturing(weight.device())) return padded;
+  padded_ = padded;
+  place_ = place;
+  stamp_ = stamp;
+  return padded_;
 }
 
 Tensor small_m_linear(const Tensor& x, const kernels::RowNorm& norm, const Tensor& weight, const Tensor& bias,

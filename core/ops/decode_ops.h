@@ -54,6 +54,23 @@ class FoldedNormCache {
   std::array<uint64_t, 4> stamps_{};
 };
 
+// A weight [N, K] with N rounded up to a multiple of 8 by zero rows, kept while the weight stays as it is (its place
+// and its storage's stamp, as FoldedNormCache), made again when it changes; a copy made while a CUDA graph is
+// captured is returned but not kept. cuBLAS runs a 16-bit product whose output width is not a multiple of 8 on slow
+// kernels, and gemm's remedy for a large one, padded copies of its operands, copies the weight every call: GPT-2's
+// 50,257-id head then cost a batch-32 decode step 0.1 ms (docs/benchmarks.md). One per weight; safe to share
+// between threads. A weight whose N is already a multiple of 8 is returned as it is.
+class PaddedRowsCache {
+ public:
+  Tensor get(const Tensor& weight);
+
+ private:
+  std::mutex mutex_;
+  Tensor padded_;
+  const void* place_ = nullptr;
+  uint64_t stamp_ = 0;
+};
+
 // epilogue(norm(x) W^T + bias) over x [..., K], W [N, K] -> [..., N] in x's dtype (kernels::small_m_linear: the normed
 // row and a linear output that is added or gated rounded as separate kernels would store them). residual [..., N]
 // for the Residual epilogue, weight2 (and bias2) for SwiGlu; undefined otherwise.

@@ -250,9 +250,18 @@ Tensor GptModel::head_of_normed(const Tensor& x, DType compute_dtype) const {
 }
 
 Tensor GptModel::decode_head(const Tensor& x, DType compute_dtype) const {
-  if (tp_group_ || !ops::decode_fusion_applies(x, compute_dtype)) return head(x, compute_dtype);
-  const Tensor weight = nn::to_compute(lm_head_ ? lm_head_->weight() : wte_->weight(), compute_dtype);
-  return masked(ops::small_m_linear(x, ln_f_->as_prologue(x.dtype()), weight, Tensor()));
+  const Tensor& master = lm_head_ ? lm_head_->weight() : wte_->weight();
+  if (tp_group_) return head(x, compute_dtype);
+  if (!ops::decode_fusion_applies(x, compute_dtype)) {
+    // A vocabulary that is not a multiple of 8 (GPT-2's 50,257 ids) in 16 bits on the GPU: the product against the
+    // head's rows padded once with zeros (ops::PaddedRowsCache), its first vocab_size logits kept.
+    if (!x.device().is_cuda() || dtype_size(compute_dtype) != 2 || config_.vocab_size % 8 == 0)
+      return head(x, compute_dtype);
+    const Tensor logits = ops::linear(nn::to_compute(ln_f_->forward(x), compute_dtype),
+                                      head_rows_.get(nn::to_compute(master, compute_dtype)), Tensor());
+    return narrow_copy(logits, -1, 0, config_.vocab_size);
+  }
+  return masked(ops::small_m_linear(x, ln_f_->as_prologue(x.dtype()), nn::to_compute(master, compute_dtype), Tensor()));
 }
 
 Tensor GptModel::masked(const Tensor& logits) const {

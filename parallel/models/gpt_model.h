@@ -195,6 +195,7 @@ class GptModel : public nn::Module {
   std::shared_ptr<nn::Norm> ln_f_;
   std::shared_ptr<tp::ColumnParallelLinear> lm_head_;  // absent when tied
   Tensor vocab_mask_;  // f32 [padded_vocab / tp]: 0, or -inf at padded ids; undefined without padding
+  mutable ops::PaddedRowsCache head_rows_;  // decode_head's weight at a vocabulary not a multiple of 8
   // device_constant's tensors, by key and device.
   mutable std::mutex constants_mutex_;
   mutable std::map<std::string, Tensor> constants_;

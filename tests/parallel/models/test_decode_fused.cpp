@@ -266,6 +266,34 @@ TEST(DecodeFused, GpuBf16FollowsTheUnfusedPath) {
   }
 }
 
+// A vocabulary that is not a multiple of 8 (as GPT-2's 50,257 ids): on the GPU in bf16 the unfused decode head
+// multiplies by the head's rows padded with zeros (ops::PaddedRowsCache) and keeps vocab_size logits. Its logits
+// against the CPU's float32 ones, tied and untied, and the fused head against it.
+TEST(DecodeFused, GpuVocabularyNotAMultipleOfEight) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    GptConfig config = gpt_config(tied, true);
+    config.vocab_size = 61;
+    GptModel cpu(config);
+    cpu.initialize(7);
+    GptModel gpu(config);
+    gpu.initialize(7);
+    gpu.to(Device::cuda(0));
+    const DecodeFusionScope off(DecodeFusion::Off);
+    const std::vector<std::vector<float>> want = run_script(cpu, DType::F32, 4, true);
+    const auto copy = gpu.inference_copy(DType::BF16);
+    const std::vector<std::vector<float>> got = run_script(*copy, DType::BF16, 4, true);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t call = 0; call < want.size(); ++call) {
+      ASSERT_EQ(got[call].size(), want[call].size()) << "call " << call;
+      EXPECT_EQ(want[call].size() % 61, 0u);
+      EXPECT_LE(relative_error(got[call], want[call]), 3e-2) << "call " << call;
+    }
+    check_model(gpu, DType::BF16, DecodeFusion::Gpu, 3e-2);
+  }
+}
+
 TEST(DecodeFused, GpuGreedyTokensEqualTheUnfusedOnes) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   for (const Case& c : cases()) {

@@ -67,13 +67,20 @@ struct ForwardItem {
 __host__ __device__ __forceinline__ int forward_items(const ForwardArgs& a, int rows) {
   return (a.T + rows - 1) / rows * a.H * a.B;
 }
-// Item w of a launch. ForwardArgs::longest_first: the heads fastest, then the batches, then the query tiles from the
-// last (every head's longest rows first); else the query tiles fastest (from the last), then the heads, the batches.
+// Item w of a launch. ForwardArgs::longest_first: chunks of ForwardArgs::pairs_per_chunk (batch, key/value head) pairs
+// one after another; in a chunk the query tiles from the last (the chunk's longest rows first), and for each tile the
+// chunk's query heads fastest, those of one key/value head side by side, then its batches. Else the query tiles
+// fastest (from the last), then the heads, the batches.
 __device__ __forceinline__ ForwardItem forward_item(const ForwardArgs& a, int w, int rows) {
   const int q_tiles = (a.T + rows - 1) / rows;
   if (a.longest_first) {
-    const int hb = a.H * a.B, h = w % a.H;
-    return {q_tiles - 1 - w / hb, h, w % hb / a.H, h / a.group};
+    const int KV = a.H / a.group, pairs = a.B * KV;
+    const int per_chunk = a.pairs_per_chunk > 0 ? min(a.pairs_per_chunk, pairs) : pairs;
+    const int chunk = w / (per_chunk * a.group * q_tiles), first = chunk * per_chunk;
+    const int heads = min(per_chunk, pairs - first) * a.group;  // this chunk's (batch, query head) pairs
+    const int r = w - chunk * per_chunk * a.group * q_tiles, i = r % heads;
+    const int pair = first + i / a.group, kvh = pair % KV;
+    return {q_tiles - 1 - r / heads, kvh * a.group + i % a.group, pair / KV, kvh};
   }
   const int h = w / q_tiles % a.H;
   return {q_tiles - 1 - w % q_tiles, h, w / (q_tiles * a.H), h / a.group};
@@ -901,8 +908,8 @@ bool env_is(const char* name, std::string_view value) {
   return set != nullptr && std::string_view(set) == value;
 }
 
-// The longest CTAs first across all heads (ForwardArgs::longest_first), unless RETORT_FLASH_GRID=tile-fastest asks
-// for the grid with the tile fastest.
+// The longest CTAs first (ForwardArgs::longest_first), unless RETORT_FLASH_GRID=tile-fastest asks for the grid with
+// the tile fastest.
 bool longest_first_grid() {
   return !env_is("RETORT_FLASH_GRID", "tile-fastest");
 }
@@ -973,6 +980,12 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
   ForwardArgs a = args;
   a.longest_first = longest_first_grid();
   a.B = B;
+  // Chunks of about a wave of CTAs (one a multiprocessor at head size 128, two at 64) unless
+  // RETORT_FLASH_GRID=longest-first asks for one chunk of every pair.
+  if (!env_is("RETORT_FLASH_GRID", "longest-first")) {
+    const int q_tiles = (a.T + kRows - 1) / kRows, wave = multiprocessors() * (D == 128 ? 1 : 2);
+    a.pairs_per_chunk = std::max(1, (wave + a.group * q_tiles / 2) / (a.group * q_tiles));
+  }
   const int items = forward_items(a, kRows);
   ForwardMaps maps{};
   // persistent (a kPersistent kernel): as many CTAs as fit on the GPU at once, each taking items in rounds; else a CTA

@@ -34,7 +34,7 @@ struct ForwardArgs {
   // Longest first within chunks of this many (batch, key/value head) pairs, one chunk after another (0: one chunk of
   // every pair), so that the CTAs running at once read the keys and values of few heads: with every head's longest
   // tiles first across all pairs, 4 x 4096 x 32 x 8 x 128's forward read 1.2 GB from DRAM for its 0.34 GB of
-  // operands (its keys and values, 67 MB, did not stay in the L2).
+  // operands (its keys and values, 67 MB, did not stay in the L2); in chunks, 0.2 GB.
   int pairs_per_chunk = 0;
   int B = 1;  // batches (the wgmma kernels count their items)
 };

@@ -980,9 +980,12 @@ bool forward_wgmma(const ForwardArgs& args, int D, int B, cudaStream_t stream) {
   ForwardArgs a = args;
   a.longest_first = longest_first_grid();
   a.B = B;
-  // Chunks of about a wave of CTAs (one a multiprocessor at head size 128, two at 64) unless
-  // RETORT_FLASH_GRID=longest-first asks for one chunk of every pair.
-  if (!env_is("RETORT_FLASH_GRID", "longest-first")) {
+  // At head size 128, chunks of about a wave of CTAs (one a multiprocessor): 1-2% faster than one chunk of every pair
+  // at the Llama-like shapes, with a fifth of the DRAM reads at 4 x 4096 (an H200). At 64 (two CTAs a multiprocessor)
+  // the chunks were 2-7% slower, so one chunk there. RETORT_FLASH_GRID=longest-first or chunks picks one.
+  const bool chunks =
+      env_is("RETORT_FLASH_GRID", "chunks") || (D == 128 && !env_is("RETORT_FLASH_GRID", "longest-first"));
+  if (chunks) {
     const int q_tiles = (a.T + kRows - 1) / kRows, wave = multiprocessors() * (D == 128 ? 1 : 2);
     a.pairs_per_chunk = std::max(1, (wave + a.group * q_tiles / 2) / (a.group * q_tiles));
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The final tree (83b3a2d: the backward's preparation in one pass, the forward grid in chunks at head size 128, the
 # decode head padded once): the forward at the nine shapes with both grids, SDPA beside it, the flash tests under
-# memcheck, the GPU suites, the toy GPT, GPT-2 small training beside torch.compile, decoding at both vocabularies.
+# memcheck, the GPU suites, the toy GPT, GPT-2 small training beside torch.compile.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 t0=$(date +%s)
@@ -61,9 +61,4 @@ for line in open(f"{sys.argv[1]}/train.jsonl"):
     if "tokens_per_s" in r:
         print(r.get("label"), r.get("framework"), round(r["tokens_per_s"]), round(r["ms_per_step"], 2), round(r.get("peak_memory_gib", 0), 2))
 PY
-gen=(--device cuda --dtype bf16 --batches 1,32 --prompt 128 --new 128 --repeats 3)
-for v in 50304 50257; do timeout 100 $b/bench_generate "${gen[@]}" --vocab $v --label v$v --json $RES/gen.jsonl > $RES/gen-$v.log 2>&1; done
-python3 -c "
-import json,sys
-for l in open('$RES/gen.jsonl'): r=json.loads(l); print(r['label'], r['batch'], round(r['decode_tokens_per_s'],1), round(r['ms_per_step'],4))"
 echo "done at $(( $(date +%s) - t0 )) s"

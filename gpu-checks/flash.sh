@@ -13,13 +13,15 @@ mkdir -p "$out"
 # RETORT_FLASH_FORWARD_SCHEDULE=lockstep|pipelined and RETORT_FLASH_BACKWARD_SCHEDULE=lockstep the wgmma kernels' other
 # schedules (docs/architecture.md), RETORT_FLASH_BACKWARD_WALK=diagonal the pipelined backward's walk of the query
 # tiles from the diagonal, RETORT_FLASH_GRID=tile-fastest the wgmma kernels' grid with the tile fastest (the longest
-# CTAs of every head first by default), RETORT_FLASH_FORWARD_PERSISTENT=0 / 1 the copy-engine forward a CTA a work
+# CTAs first by default, within chunks of about a wave's (batch, key/value head) pairs: the backward's always, the
+# forward's at head size 128), RETORT_FLASH_GRID=longest-first one chunk of every pair, RETORT_FLASH_GRID=chunks
+# the forward's chunks at head size 64 too, RETORT_FLASH_FORWARD_PERSISTENT=0 / 1 the copy-engine forward a CTA a work
 # item / persistent (by default persistent at head size 128 up to T = 1024), RETORT_FLASH_FORWARD=mma the
 # mma.sync forward (32 query rows a warp, or 16 with RETORT_FLASH_ROWS=16),
 # RETORT_FLASH_BACKWARD=mma the mma.sync backward (128 keys a CTA at head size 128, 64 at 64; RETORT_FLASH_KEYS=64 /
 # 128 the other key tile).
 # The ops' GPU-against-CPU tests run with the default kernels only.
-for variant in default RETORT_FLASH_FORWARD_KEYS=128 RETORT_FLASH_BACKWARD_KEYS=64 RETORT_FLASH_FORWARD_SCHEDULE=lockstep RETORT_FLASH_FORWARD_SCHEDULE=pipelined RETORT_FLASH_BACKWARD_SCHEDULE=lockstep RETORT_FLASH_BACKWARD_WALK=diagonal RETORT_FLASH_GRID=tile-fastest RETORT_FLASH_FORWARD_PERSISTENT=0 RETORT_FLASH_FORWARD_PERSISTENT=1 RETORT_FLASH_FORWARD=mma RETORT_FLASH_BACKWARD=mma RETORT_FLASH_ROWS=16 RETORT_FLASH_KEYS=64 RETORT_FLASH_KEYS=128; do
+for variant in default RETORT_FLASH_FORWARD_KEYS=128 RETORT_FLASH_BACKWARD_KEYS=64 RETORT_FLASH_FORWARD_SCHEDULE=lockstep RETORT_FLASH_FORWARD_SCHEDULE=pipelined RETORT_FLASH_BACKWARD_SCHEDULE=lockstep RETORT_FLASH_BACKWARD_WALK=diagonal RETORT_FLASH_GRID=tile-fastest RETORT_FLASH_GRID=longest-first RETORT_FLASH_GRID=chunks RETORT_FLASH_FORWARD_PERSISTENT=0 RETORT_FLASH_FORWARD_PERSISTENT=1 RETORT_FLASH_FORWARD=mma RETORT_FLASH_BACKWARD=mma RETORT_FLASH_ROWS=16 RETORT_FLASH_KEYS=64 RETORT_FLASH_KEYS=128; do
   echo "== tests ($variant)"
   filter='CudaFlashAttention.*'
   [[ $variant == default ]] && filter+=':CudaAttention.*:DecoderOpsCuda.*:Ops/OpCudaVsCpu.*/causal*'

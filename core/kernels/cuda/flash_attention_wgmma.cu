@@ -341,26 +341,6 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     auto pass_turn = [&](int j) {
       if (wg == 0) asm volatile("bar.arrive %0, 256;\n" ::"r"(turn_barrier(j)) : "memory");
     };
-    // The rest of tile j once P_{j-1} V_{j-1} is in: K_{j-1} and V_{j-1} released, O rescaled, P_j into operand
-    // registers. Called at the top of the next iteration (or after the loop), so that a branch stands between it and
-    // tile j's softmax: in one block with it, ptxas put the wait for P_{j-1} V_{j-1} before the softmax's
-    // exponentials (Nsight Compute's SASS, docs/benchmarks.md), and a warpgroup's softmax no longer overlapped its own
-    // product.
-    auto finish = [&](int j) {
-      wgmma::wait<0>();
-      wgmma::keep(o);
-      if constexpr (kPipelined) mbarrier_arrive(empty + 8 * ((base + j - 1) % 3));  // K_{j-1}, V_{j-1} are read
-      if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
-#pragma unroll
-        for (int c = 0; c < D / 8; ++c) {
-          o[c][0] *= correction[0];
-          o[c][1] *= correction[0];
-          o[c][2] *= correction[1];
-          o[c][3] *= correction[1];
-        }
-      }
-      to_operand();
-    };
     stage_in(0);
     if constexpr (kPersistent) mbarrier_wait(q_full, n & 1);
     wait_turn(0);
@@ -373,7 +353,6 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     softmax(0, correction);
     to_operand();
     for (int j = 1; j < tiles; ++j) {
-      if (j > 1 && j <= my_tiles) finish(j - 1);  // tile j - 1's softmax ran in the last iteration
       stage_in(j);
       wait_turn(j);
       if (j >= my_tiles) {  // only the first warpgroup ends early
@@ -390,8 +369,20 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
       wgmma::keep(s);
       q_read(j);  // here, while P_{j-1} V_{j-1} runs: placed after its wait, every tile took 8-10% longer
       softmax(j, correction);
+      wgmma::wait<0>();  // P_{j-1} V_{j-1} is in O, and P_{j-1}'s registers are free
+      wgmma::keep(o);
+      if constexpr (kPipelined) mbarrier_arrive(empty + 8 * ((base + j - 1) % 3));  // K_{j-1}, V_{j-1} are read
+      if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
+#pragma unroll
+        for (int c = 0; c < D / 8; ++c) {
+          o[c][0] *= correction[0];
+          o[c][1] *= correction[0];
+          o[c][2] *= correction[1];
+          o[c][3] *= correction[1];
+        }
+      }
+      to_operand();
     }
-    if (my_tiles > 1 && my_tiles == tiles) finish(my_tiles - 1);
     // The last tile's P V (V_{my_tiles - 1} is still in its stage: no copy was issued after it into that one).
     wgmma::keep(o);
     wgmma::fence();

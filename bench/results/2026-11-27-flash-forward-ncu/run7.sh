@@ -13,7 +13,7 @@ for v in bench_attention bench_attention_83b3a2d; do
   /usr/local/cuda-13.0/bin/cuobjdump -sass -fun '_ZN6retort7kernels4cuda5flash57_GLOBAL__N__241b7c9e_24_flash_attention_wgmma_cu_d5c322fc20wgmma_forward_kernelILi128ELi128ELi1ELb1ELb1ELb0EEEvNS2_11ForwardArgsENS2_11ForwardMapsE' $b/$v > $RES/sass-$v.txt 2> $RES/sass-$v.err
   [[ -s $RES/sass-$v.txt ]] || /usr/local/cuda-13.0/bin/cuobjdump -sass $b/$v 2>/dev/null | awk '/Function : .*wgmma_forward_kernelILi128ELi128ELi1ELb1ELb1ELb0E/{p=1} p&&/Function : /&&!/wgmma_forward_kernelILi128ELi128ELi1ELb1ELb1ELb0E/{p=0} p' > $RES/sass-$v.txt
   echo "== $v: $(wc -l < $RES/sass-$v.txt) lines; order of DEPBAR / MUFU.EX2 runs / HGMMA runs:"
-  grep -nE "DEPBAR|MUFU.EX2|HGMMA" $RES/sass-$v.txt | awk -F: '{split($2,a,"*/"); k=$2 ~ /DEPBAR/ ? "DEPBAR" : ($2 ~ /MUFU/ ? "ex2" : "hgmma"); if (k==last) n++; else {if (last!="") print "  " first, last, n; last=k; n=1; first=$1}} END{print "  " first, last, n}'
+  grep -cE "DEPBAR|MUFU.EX2|HGMMA" $RES/sass-$v.txt
   gzip $RES/sass-$v.txt
 done
 timeout 120 $b/retort_core_tests --gtest_filter='CudaFlashAttention.*:CudaAttention.*' > $RES/flash-tests.log 2>&1; echo "flash tests rc $?"

@@ -1,7 +1,6 @@
 #pragma once
 // The per-backend implementations behind kernels.h: the same signatures in retort::kernels::cpu and, in a
 // CUDA build, retort::kernels::cuda. kernels.cpp checks arguments once and dispatches here.
-#include "core/kernels/cache_ahead.h"
 #include "core/tensor/tensor.h"
 
 namespace retort::kernels::cpu {

@@ -18,17 +18,6 @@ using dispatch::same_device;
 
 namespace {
 
-// The next layer's caches an attention may read ahead: both or neither, shaped like this layer's.
-void check_cache_ahead(const CacheAhead& ahead, const Tensor& k_cache) {
-  if (!ahead.keys.defined() && !ahead.values.defined()) return;
-  RETORT_CHECK(ahead.keys.defined() && ahead.values.defined() && ahead.keys.shape() == k_cache.shape() &&
-                   ahead.values.shape() == k_cache.shape() && ahead.keys.dtype() == k_cache.dtype() &&
-                   ahead.values.dtype() == k_cache.dtype() && ahead.keys.device() == k_cache.device() &&
-                   ahead.values.device() == k_cache.device(),
-               "attention_with_cache: the next layer's caches {} / {} should both be shaped like this layer's {}",
-               ahead.keys.describe(), ahead.values.describe(), k_cache.describe());
-}
-
 void same_shape(const Tensor& a, const Tensor& b, const char* op) {
   RETORT_CHECK(a.shape() == b.shape(), "{}: shapes differ ({} vs {})", op, a.describe(), b.describe());
 }
@@ -362,7 +351,7 @@ void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs
 }
 
 void attention_with_cache(const Tensor& qkv, const Tensor& starts, int n_head, Tensor& k_cache, Tensor& v_cache,
-                          Tensor& out, const CacheAhead& ahead) {
+                          Tensor& out) {
   same_device({&qkv, &starts, &k_cache, &v_cache, &out}, "attention_with_cache");
   RETORT_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0, "attention_with_cache: qkv must be [B, T, 3C], got {}",
                qkv.describe());
@@ -379,8 +368,7 @@ void attention_with_cache(const Tensor& qkv, const Tensor& starts, int n_head, T
                qkv.describe());
   RETORT_CHECK(starts.dtype() == DType::I32 && starts.numel() == B,
                "attention_with_cache: starts must be i32 [{}], got {}", B, starts.describe());
-  check_cache_ahead(ahead, k_cache);
-  RETORT_DISPATCH(qkv.device(), attention_with_cache, qkv, starts, n_head, k_cache, v_cache, out, ahead);
+  RETORT_DISPATCH(qkv.device(), attention_with_cache, qkv, starts, n_head, k_cache, v_cache, out);
 }
 
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head, Tensor& dqkv) {
@@ -534,7 +522,7 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
 }
 
 void attention_with_cache(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& starts, int n_head,
-                          int n_kv_head, Tensor& k_cache, Tensor& v_cache, Tensor& out, const CacheAhead& ahead) {
+                          int n_kv_head, Tensor& k_cache, Tensor& v_cache, Tensor& out) {
   same_device({&q, &k, &v, &starts, &k_cache, &v_cache, &out}, "attention_with_cache");
   const int64_t D = check_heads(q, k, v, n_head, n_kv_head, "attention_with_cache");
   const int64_t B = q.size(0);
@@ -548,9 +536,7 @@ void attention_with_cache(const Tensor& q, const Tensor& k, const Tensor& v, con
                q.describe());
   RETORT_CHECK(starts.dtype() == DType::I32 && starts.numel() == B,
                "attention_with_cache: starts must be i32 [{}], got {}", B, starts.describe());
-  check_cache_ahead(ahead, k_cache);
-  RETORT_DISPATCH(q.device(), attention_with_cache, q, k, v, starts, n_head, n_kv_head, k_cache, v_cache, out,
-                  ahead);
+  RETORT_DISPATCH(q.device(), attention_with_cache, q, k, v, starts, n_head, n_kv_head, k_cache, v_cache, out);
 }
 
 void embedding_forward(const Tensor& table, const Tensor& ids, Tensor& out) {

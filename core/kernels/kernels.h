@@ -5,7 +5,6 @@
 // The entry points below check shapes and dispatch on the device of the tensors.
 #include <cstdint>
 
-#include "core/kernels/cache_ahead.h"
 #include "core/tensor/tensor.h"
 
 namespace retort::kernels {
@@ -119,13 +118,12 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
 // [B, n_head, capacity, C / n_head] at positions starts[b] + t (positions at or past the capacity are dropped: a
 // finished row's padding), then query t of row b attends keys [0, starts[b] + t] (fewer past the capacity).
 // out: [B, Tn, C]. Caches and out share qkv's dtype; scores and sums in f32 (f64 for f64 on the CPU).
-// `ahead` (cache_ahead.h): the next layer's caches, read toward L2 on the GPU, or nothing.
 void attention_with_cache(const Tensor& qkv, const Tensor& starts, int n_head, Tensor& k_cache, Tensor& v_cache,
-                          Tensor& out, const CacheAhead& ahead = {});
+                          Tensor& out);
 // The same with separate q [B, Tn, n_head * D], k and v [B, Tn, n_kv_head * D] and caches [B, n_kv_head, capacity,
 // D] (grouped-query heads as in attention_forward).
 void attention_with_cache(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& starts, int n_head,
-                          int n_kv_head, Tensor& k_cache, Tensor& v_cache, Tensor& out, const CacheAhead& ahead = {});
+                          int n_kv_head, Tensor& k_cache, Tensor& v_cache, Tensor& out);
 
 // ---- embedding -----------------------------------------------------------------------------------------
 // out[n, :] = table[ids[n], :]; ids i32 [N] (any shape, flattened); out [N, C]. Ids out of range throw (CPU)

@@ -415,14 +415,13 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head) {
   });
 }
 
-Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const Tensor& starts, int n_head,
-                               const kernels::CacheAhead& ahead) {
+Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const Tensor& starts, int n_head) {
   RETORT_INPUT_CHECK(!(grad_enabled() && qkv.requires_grad()),
                      "attention_with_kv_cache is inference only: call it under NoGradGuard (it records no backward)");
   RETORT_INPUT_CHECK(qkv.ndim() == 3 && qkv.size(2) % 3 == 0, "attention_with_kv_cache: qkv must be [B, T, 3C], got {}",
                      qkv.describe());
   Tensor out = Tensor::empty({qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(), qkv.device());
-  kernels::attention_with_cache(qkv, starts, n_head, k_cache, v_cache, out, ahead);
+  kernels::attention_with_cache(qkv, starts, n_head, k_cache, v_cache, out);
   return out;
 }
 
@@ -474,12 +473,12 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int n
 }
 
 Tensor attention_with_kv_cache(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
-                               const Tensor& starts, int n_head, int n_kv_head, const kernels::CacheAhead& ahead) {
+                               const Tensor& starts, int n_head, int n_kv_head) {
   RETORT_INPUT_CHECK(!(grad_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())),
                      "attention_with_kv_cache is inference only: call it under NoGradGuard (it records no backward)");
   check_attention_heads(q, k, v, n_head, n_kv_head, "attention_with_kv_cache");
   Tensor out = empty_like(q);
-  kernels::attention_with_cache(q, k, v, starts, n_head, n_kv_head, k_cache, v_cache, out, ahead);
+  kernels::attention_with_cache(q, k, v, starts, n_head, n_kv_head, k_cache, v_cache, out);
   return out;
 }
 

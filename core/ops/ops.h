@@ -3,7 +3,6 @@
 // the tape (when grad mode is on and an input requires a gradient). Fused ops are one node.
 #include <vector>
 
-#include "core/kernels/cache_ahead.h"
 #include "core/tensor/tensor.h"
 
 namespace retort::ops {
@@ -58,10 +57,8 @@ Tensor causal_self_attention(const Tensor& qkv, int n_head);
 // starting at starts[b]; their keys/values are written into k_cache / v_cache [B, n_head, capacity, C / n_head],
 // then each new query attends its row's keys up to itself. -> [B, Tn, C]. No tape: an error when grad mode is on
 // and qkv requires grad. `starts`: i32 [B] on qkv's device (what the model passes, copied once per step), or
-// host positions (copied to the device on every call). `ahead`: the next layer's caches, which the GPU reads toward L2
-// for the next attention (kernels/cache_ahead.h), or nothing.
-Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const Tensor& starts, int n_head,
-                               const kernels::CacheAhead& ahead = {});
+// host positions (copied to the device on every call).
+Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const Tensor& starts, int n_head);
 Tensor attention_with_kv_cache(const Tensor& qkv, Tensor& k_cache, Tensor& v_cache, const std::vector<int64_t>& starts,
                                int n_head);
 
@@ -83,7 +80,7 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int n
 // causal_attention: k_cache / v_cache [B, n_kv_head, capacity, D]; starts i32 [B] on q's device (or host
 // positions in the vector overload).
 Tensor attention_with_kv_cache(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
-                               const Tensor& starts, int n_head, int n_kv_head, const kernels::CacheAhead& ahead = {});
+                               const Tensor& starts, int n_head, int n_kv_head);
 Tensor attention_with_kv_cache(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
                                const std::vector<int64_t>& starts, int n_head, int n_kv_head);
 

@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/kernels/cache_ahead.h"
 #include "core/tensor/tensor.h"
 
 namespace retort {
@@ -35,12 +34,6 @@ class KvCache {
   // Per layer: keys and values [batch, local_kv_heads, capacity, head_dim] (GptModel::local_kv_heads, head_dim).
   Tensor& keys(int64_t layer) { return keys_[static_cast<size_t>(layer)]; }
   Tensor& values(int64_t layer) { return values_[static_cast<size_t>(layer)]; }
-  // The caches of the layer after `layer` (none after the last), which `layer`'s attention reads ahead toward L2.
-  kernels::CacheAhead ahead_of(int64_t layer) const {
-    const auto next = static_cast<size_t>(layer) + 1;
-    if (next >= keys_.size()) return {};
-    return {keys_[next], values_[next]};
-  }
 
   // The lengths as an i32 [batch] tensor on the cache's device, the attention kernels' copy: refreshed from
   // lengths() on the first use after a change, so a step pays one host-to-device copy (which waits for the

@@ -160,8 +160,7 @@ ResidualStream DecoderLayer::forward_cached(const ResidualStream& in, const Tens
     return forward_cached_fused(in, positions, inv_freq, cache, layer, starts, compute_dtype);
   return around_attention(in, positions, inv_freq, compute_dtype, [&](const Projected& p) {
     return ops::attention_with_kv_cache(p.q, p.k, p.v, cache.keys(layer), cache.values(layer), starts,
-                                        static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_),
-                                        cache.ahead_of(layer));
+                                        static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
   });
 }
 
@@ -179,9 +178,8 @@ ResidualStream DecoderLayer::forward_cached_fused(const ResidualStream& in, cons
   p.k = ops::small_m_linear(x, first, weight(k_proj_), bias(k_proj_));
   p.v = ops::small_m_linear(x, first, weight(v_proj_), bias(v_proj_));
   p = positioned(std::move(p), positions, inv_freq);
-  const Tensor attn =
-      ops::attention_with_kv_cache(p.q, p.k, p.v, cache.keys(layer), cache.values(layer), starts,
-                                   static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_), cache.ahead_of(layer));
+  const Tensor attn = ops::attention_with_kv_cache(p.q, p.k, p.v, cache.keys(layer), cache.values(layer), starts,
+                                                   static_cast<int>(local_heads_), static_cast<int>(local_kv_heads_));
   const Tensor mid = ops::small_m_linear(attn, {}, weight(o_proj_), bias(o_proj_), LinearEpilogue::Residual, x);
   const Tensor gated = ops::small_m_linear(mid, post_attention_layernorm_->as_prologue(DType::F32), weight(gate_proj_),
                                            Tensor(), LinearEpilogue::SwiGlu, Tensor(), weight(up_proj_));

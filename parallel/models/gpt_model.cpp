@@ -104,7 +104,7 @@ ResidualStream GptBlock::forward_cached(const ResidualStream& in, generate::KvCa
     return forward_cached_fused(in, cache, layer, starts, compute_dtype);
   return around_attention(in, compute_dtype, [&](const Tensor& qkv) {
     return ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts,
-                                        static_cast<int>(local_heads_), cache.ahead_of(layer));
+                                        static_cast<int>(local_heads_));
   });
 }
 
@@ -117,8 +117,8 @@ ResidualStream GptBlock::forward_cached_fused(const ResidualStream& in, generate
   const Tensor x = in.pending.defined() ? ops::add(in.x, in.pending) : in.x;
   const auto [qkv_w, qkv_b] = weights(qkv_);
   const Tensor qkv = ops::small_m_linear(x, ln_1_->as_prologue(x.dtype()), qkv_w, qkv_b);
-  const Tensor attn = ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts,
-                                                   static_cast<int>(local_heads_), cache.ahead_of(layer));
+  const Tensor attn =
+      ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts, static_cast<int>(local_heads_));
   const auto [proj_w, proj_b] = weights(attn_proj_);
   const Tensor mid = ops::small_m_linear(attn, {}, proj_w, proj_b, LinearEpilogue::Residual, x);
   const auto [fc_w, fc_b] = weights(fc_);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The decode attention reading the next layer's cache toward L2 (RETORT_DECODE_AHEAD=0 turns it off) and an
-# 8-warp block (RETORT_DECODE_ATTENTION_WARPS=8, a probe): GPU tests, then GPT-2 small at batch 24 and 32 and a
+# 8-warp block (RETORT_DECODE_ATTENTION_WARPS=8, a probe), both in 586534a (the bundle was made from its tree before
+# the commit, so the lines name c5c3dcc; reverted after): GPU tests, then GPT-2 small at batch 24 and 32 and a
 # Llama-3.2-1B shape at 32, every variant in one binary, two rounds.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."

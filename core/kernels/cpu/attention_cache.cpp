@@ -77,9 +77,8 @@ void with_cache(const NewRows& in, int64_t B, int64_t Tn, int n_head, int n_kv_h
 
 }  // namespace
 
-// `ahead` is a GPU's L2 hint (kernels.h): nothing to do here.
 void attention_with_cache(const Tensor& qkv_in, const Tensor& starts, int n_head, Tensor& k_cache, Tensor& v_cache,
-                          Tensor& out, const CacheAhead& /*ahead*/) {
+                          Tensor& out) {
   const Tensor qkv = widen(qkv_in);
   const int64_t C = qkv.size(2) / 3;
   with_cache({qkv, qkv, qkv, 0, C, 2 * C, 3 * C, 3 * C}, qkv.size(0), qkv.size(1), n_head, n_head, starts, k_cache,
@@ -87,7 +86,7 @@ void attention_with_cache(const Tensor& qkv_in, const Tensor& starts, int n_head
 }
 
 void attention_with_cache(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& starts, int n_head,
-                          int n_kv_head, Tensor& k_cache, Tensor& v_cache, Tensor& out, const CacheAhead& /*ahead*/) {
+                          int n_kv_head, Tensor& k_cache, Tensor& v_cache, Tensor& out) {
   with_cache({widen(q), widen(k), widen(v), 0, 0, 0, q.size(2), k.size(2)}, q.size(0), q.size(1), n_head, n_kv_head,
              starts, k_cache, v_cache, out);
 }

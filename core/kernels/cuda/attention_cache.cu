@@ -470,19 +470,11 @@ bool take_tensor_core_decode(const CacheDecodeArgs& args) {
   return cache_decode_mma_enough_blocks(args);
 }
 
-// The next layer's cache the tensor-core kernel reads toward L2 (cache_ahead.h), unless RETORT_DECODE_AHEAD=0 (read
-// on every call, so one benchmark binary measures both).
-const bf16* ahead_of(const Tensor& cache) {
-  const char* choice = std::getenv("RETORT_DECODE_AHEAD");
-  if (!cache.defined() || (choice != nullptr && std::strcmp(choice, "0") == 0)) return nullptr;
-  return cache.data<bf16>();
-}
-
 // q [B, Tn, H * D] (rows q_stride apart), the new k and v [B, Tn, KV * D] (rows kv_stride apart): append, then
 // attend.
 void with_cache(const void* q, int64_t q_stride, const void* k_new, const void* v_new, int64_t kv_stride, DType dtype,
                 const Tensor& starts, int64_t B, int64_t Tn, int64_t H, int64_t KV, int64_t D, Tensor& k_cache,
-                Tensor& v_cache, Tensor& out, const CacheAhead& ahead) {
+                Tensor& v_cache, Tensor& out) {
   const int64_t cap = k_cache.size(2);
   if (D > kMaxHead) fail_input("attention_with_cache (CUDA): head dimension {} is above the kernels' {}", D, kMaxHead);
   if (B * Tn == 0) return;
@@ -510,9 +502,7 @@ void with_cache(const void* q, int64_t q_stride, const void* k_new, const void* 
                                    H,
                                    KV,
                                    D,
-                                   cap,
-                                   ahead_of(ahead.keys),
-                                   ahead_of(ahead.values)};
+                                   cap};
         if (Tn <= kDecodeMaxQueries && take_tensor_core_decode(args)) {
           cache_decode_mma(args, decode_dependent_launch_enabled() && dependent_launch_supported());
           return;
@@ -535,21 +525,21 @@ void with_cache(const void* q, int64_t q_stride, const void* k_new, const void* 
 }  // namespace
 
 void attention_with_cache(const Tensor& qkv, const Tensor& starts, int n_head, Tensor& k_cache, Tensor& v_cache,
-                          Tensor& out, const CacheAhead& ahead) {
+                          Tensor& out) {
   rc::DeviceGuard guard(device_of(qkv, "attention_with_cache"));
   const int64_t C = qkv.size(2) / 3, H = n_head, D = C / n_head;
   const auto* base = static_cast<const char*>(qkv.raw_data());
   const size_t cs = dtype_size(qkv.dtype());
   with_cache(base, 3 * C, base + C * cs, base + 2 * C * cs, 3 * C, qkv.dtype(), starts, qkv.size(0), qkv.size(1), H, H,
-             D, k_cache, v_cache, out, ahead);
+             D, k_cache, v_cache, out);
 }
 
 void attention_with_cache(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& starts, int n_head,
-                          int n_kv_head, Tensor& k_cache, Tensor& v_cache, Tensor& out, const CacheAhead& ahead) {
+                          int n_kv_head, Tensor& k_cache, Tensor& v_cache, Tensor& out) {
   rc::DeviceGuard guard(device_of(q, "attention_with_cache"));
   check(k.size(2) == v.size(2), "attention_with_cache (CUDA): k {} and v {} differ", k.describe(), v.describe());
   with_cache(q.raw_data(), q.size(2), k.raw_data(), v.raw_data(), k.size(2), q.dtype(), starts, q.size(0), q.size(1),
-             n_head, n_kv_head, q.size(2) / n_head, k_cache, v_cache, out, ahead);
+             n_head, n_kv_head, q.size(2) / n_head, k_cache, v_cache, out);
 }
 
 }  // namespace retort::kernels::cuda

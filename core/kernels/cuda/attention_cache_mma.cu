@@ -29,8 +29,6 @@
 // multiplied) and merge through shared memory. The block appends the new keys and values to the cache (its own rows:
 // no other block reads them) and reads those positions from the new k and v, so no load waits for the append.
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/kernels/cuda/attention_cache_mma.h"
 #include "core/kernels/cuda/dependent_launch.cuh"
@@ -40,6 +38,7 @@ namespace retort::kernels::cuda {
 namespace {
 using namespace detail;
 
+constexpr int kWarps = 4;
 constexpr int kTileKeys = 16;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLazyRescale = 8.f;  // log2 units the running maximum may lag behind a tile's
@@ -62,8 +61,8 @@ __device__ __forceinline__ void split_bf16(float p0, float p1, uint32_t& hi, uin
 
 // kHead: 64 or 128. kRows16: more than 8 query rows (the fragment's rows g + 8 in use). kPrefetch: the next tile's
 // keys and values are loaded before this tile's products (registers allow it at head size 64).
-template <int kHead, bool kRows16, bool kPrefetch, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) cache_decode_kernel(CacheDecodeArgs a, float scale_log2) {
+template <int kHead, bool kRows16, bool kPrefetch>
+__global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeArgs a, float scale_log2) {
   constexpr int kPairs = kHead / 32;        // 16-byte pieces of a key row per lane, each two k-steps of S
   constexpr int kOut = kHead / 8;           // output products (8 columns each)
   constexpr int kValuePieces = kHead / 64;  // 16-byte pieces of a value row per lane
@@ -239,12 +238,6 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) cache_decode
     }
   }
 
-  // This block's loads are done: its rows of the next layer's cache go toward L2 while the products between the two
-  // attentions run (the next attention reads positions [0, start) of them; start + tn is read from the new rows).
-  if (a.ahead_k != nullptr)
-    prefetch_pair_l2(a.ahead_k + head_offset, a.ahead_v + head_offset,
-                     static_cast<int64_t>(min(max(start, 0), cap)) * kHead * static_cast<int64_t>(sizeof(bf16)));
-
   // Merge the warps: each writes its rows' maximum, sum and unnormalised output.
   l_lo = ptx::quad_sum(l_lo);
   l_hi = ptx::quad_sum(l_hi);
@@ -291,16 +284,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) cache_decode
 
 template <int kHead, bool kRows16>
 void launch(const CacheDecodeArgs& a, float scale_log2, bool dependent) {
-  static const bool eight = [] {
-    const char* v = std::getenv("RETORT_DECODE_ATTENTION_WARPS");
-    return v != nullptr && std::strcmp(v, "8") == 0;
-  }();
-  if (eight)
-    launch_dependent(&cache_decode_kernel<kHead, kRows16, false, 8>, dim3(static_cast<unsigned>(a.B * a.KV)),
-                     dim3(8 * 32), 0, rc::current_stream(), dependent, a, scale_log2);
-  else
-    launch_dependent(&cache_decode_kernel<kHead, kRows16, kHead == 64, 4>, dim3(static_cast<unsigned>(a.B * a.KV)),
-                     dim3(4 * 32), 0, rc::current_stream(), dependent, a, scale_log2);
+  launch_dependent(&cache_decode_kernel<kHead, kRows16, kHead == 64>, dim3(static_cast<unsigned>(a.B * a.KV)),
+                   dim3(kWarps * 32), 0, rc::current_stream(), dependent, a, scale_log2);
 }
 
 }  // namespace

@@ -20,8 +20,6 @@ struct CacheDecodeArgs {
   bf16* v_cache;
   bf16* out;  // [B, Tn, H * D]
   int64_t B, Tn, H, KV, D, cap;
-  const bf16* ahead_k;  // the next layer's caches, read toward L2 at the end (cache_ahead.h), or null
-  const bf16* ahead_v;
 };
 
 // Whether the tensor-core kernel takes this step: head size 64 or 128, at most 16 query rows per key/value head

@@ -104,32 +104,5 @@ TEST(AttentionWithCache, Errors) {
   EXPECT_THROW(ops::attention_with_kv_cache(qkv, k, v, f32_starts, H), Error);  // starts must be i32
 }
 
-TEST(AttentionWithCache, TheNextLayerAheadIsAHintThatMustFit) {
-  // The next layer's caches (read toward L2 on a GPU) change nothing on the CPU; both or neither, shaped like this
-  // layer's, or a clear error.
-  const int64_t B = 2, H = 2, D = 4, C = H * D, cap = 6;
-  NoGradGuard no_grad;
-  const auto random = [](const Shape& shape, uint32_t seed) {
-    return Tensor::from_doubles(normal_values(static_cast<size_t>(shape_numel(shape)), seed), shape, DType::F32);
-  };
-  const Tensor qkv = random({B, 1, 3 * C}, 3);
-  const Tensor starts = Tensor::from_ints({1, 4}, {B}, Device::cpu());
-  const auto cache = [&](uint32_t seed) { return random({B, H, cap, D}, seed); };
-  Tensor k1 = cache(4), v1 = cache(5), k2 = k1.clone(), v2 = v1.clone();
-  const kernels::CacheAhead ahead{cache(6), cache(7)};
-  const Tensor plain = ops::attention_with_kv_cache(qkv, k1, v1, starts, H);
-  const Tensor hinted = ops::attention_with_kv_cache(qkv, k2, v2, starts, H, ahead);
-  EXPECT_EQ(plain.to_doubles(), hinted.to_doubles());
-  EXPECT_EQ(k1.to_doubles(), k2.to_doubles());
-  try {
-    ops::attention_with_kv_cache(qkv, k1, v1, starts, H, kernels::CacheAhead{cache(6), Tensor()});
-    ADD_FAILURE() << "keys ahead without values were taken";
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("next layer's caches"), std::string::npos) << error.what();
-  }
-  const Tensor longer = Tensor::zeros({B, H, cap + 1, D}, DType::F32, Device::cpu());
-  EXPECT_THROW(ops::attention_with_kv_cache(qkv, k1, v1, starts, H, kernels::CacheAhead{longer, longer}), Error);
-}
-
 }  // namespace
 }  // namespace retort

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # What each kind of kernel costs inside GPT-2 small's batch-32 decode step (CUDA graphs): a probe build (not kept)
 # whose RETORT_PROBE_SKIP=<list> skips the launches named (attn: the cache attention; addnorm / plainnorm: the
-# norms; gNxK,: the cuBLASLt product of N outputs over K inputs) at 32 rows; values are wrong, time only.
+# norms; gNxK,: the cuBLASLt product of N outputs over K inputs) at 32 rows; values are wrong, time only. The
+# probe is run1-probe.patch on c5c3dcc. The LM head (no bias) goes through gemm, not linear_forward: g50304x768, skips
+# nothing. Runs whose garbage reached the sampler stopped on its NaN check (rc 134) and left no line.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 t0=$(date +%s)

@@ -64,10 +64,12 @@ struct GraphedDecodeStep::State {
   // Pinned host staging, filled before each step: [batch] SamplerRowParams, then [batch] ids, then [batch]
   // positions (i32). The device copy `inputs` has the same layout, in 4-byte words.
   void* host_in = nullptr;
+  void* host_in_device = nullptr;  // host_in as the device addresses it
   size_t in_bytes = 0;
   Tensor inputs, ids, positions;
   // Pinned results of the sampler pass: [batch] packed winners (u64).
   void* host_out = nullptr;
+  void* host_out_device = nullptr;
   size_t out_bytes = 0;
   Tensor winners, logits;  // device outputs of the step (logits: only for pass None)
   Tensor inv_freq;
@@ -94,22 +96,40 @@ struct GraphedDecodeStep::State {
   int32_t* host_ids() const { return reinterpret_cast<int32_t*>(host_params() + batch); }
   int32_t* host_positions() const { return host_ids() + batch; }
 
+  // A copy between the pinned buffers and the device: a kernel reading or writing the mapped host pages (a graph of
+  // kernels only starts as soon as it is launched; with a copy node, its first kernel waited for the host's launch
+  // call to return, docs/benchmarks.md), or a copy node (RETORT_DECODE_GRAPH_COPIES=nodes).
+  void copy_in(const void* host, void* device_buffer, size_t bytes) const {
+    if (kernels::cuda::copies_as_kernels())
+      kernels::cuda::enqueue_word_copy(static_cast<const uint32_t*>(host), static_cast<uint32_t*>(device_buffer),
+                                       static_cast<int64_t>(bytes / 4));
+    else
+      RETORT_CUDA_CHECK(cudaMemcpyAsync(device_buffer, host_in, bytes, cudaMemcpyHostToDevice, stream));
+  }
+  void copy_out(const void* device_buffer, void* host, size_t bytes) const {
+    if (kernels::cuda::copies_as_kernels())
+      kernels::cuda::enqueue_word_copy(static_cast<const uint32_t*>(device_buffer), static_cast<uint32_t*>(host),
+                                       static_cast<int64_t>(bytes / 4));
+    else
+      RETORT_CUDA_CHECK(cudaMemcpyAsync(host_out, device_buffer, bytes, cudaMemcpyDeviceToHost, stream));
+  }
+
   // Everything one step does, enqueued on the compute stream: nothing here waits or touches pageable memory.
   void enqueue() {
-    RETORT_CUDA_CHECK(cudaMemcpyAsync(inputs.raw_data(), host_in, in_bytes, cudaMemcpyHostToDevice, stream));
+    copy_in(host_in_device, inputs.raw_data(), in_bytes);
     // The step's own tensors (activations, the logits) are allocated and freed inside it: while capturing, from
     // the arena, at addresses the graph keeps.
     const Tensor step_logits = model.decode_step(ids, positions, inv_freq, cache, dtype);
     switch (pass) {
       case SinglePassSampling::Argmax:
         kernels::cuda::enqueue_argmax(step_logits, 0, winners.data<uint64_t>());
-        RETORT_CUDA_CHECK(cudaMemcpyAsync(host_out, winners.raw_data(), out_bytes, cudaMemcpyDeviceToHost, stream));
+        copy_out(winners.raw_data(), host_out_device, out_bytes);
         break;
       case SinglePassSampling::Gumbel:
         kernels::cuda::enqueue_best_gumbel(step_logits, 0, sampling.temperature, sampling.seed,
                                            static_cast<const SamplerRowParams*>(inputs.raw_data()),
                                            winners.data<uint64_t>());
-        RETORT_CUDA_CHECK(cudaMemcpyAsync(host_out, winners.raw_data(), out_bytes, cudaMemcpyDeviceToHost, stream));
+        copy_out(winners.raw_data(), host_out_device, out_bytes);
         break;
       case SinglePassSampling::None:
         RETORT_CUDA_CHECK(cudaMemcpyAsync(logits.raw_data(), step_logits.raw_data(), logits.nbytes(),
@@ -156,13 +176,16 @@ GraphedDecodeStep::GraphedDecodeStep(const GptModel& model, KvCache& cache, DTyp
   const int64_t B = s.batch;
   static_assert(sizeof(SamplerRowParams) == 16, "four words per row");
   s.in_bytes = static_cast<size_t>(B) * (sizeof(SamplerRowParams) + 2 * sizeof(int32_t));
-  RETORT_CUDA_CHECK(cudaMallocHost(&s.host_in, s.in_bytes));
+  // Mapped into the device's address space: the step's kernels read the inputs and write the results there.
+  RETORT_CUDA_CHECK(cudaHostAlloc(&s.host_in, s.in_bytes, cudaHostAllocMapped));
+  RETORT_CUDA_CHECK(cudaHostGetDevicePointer(&s.host_in_device, s.host_in, 0));
   std::memset(s.host_in, 0, s.in_bytes);
   s.inputs = Tensor::zeros({6 * B}, DType::I32, s.device);
   s.ids = s.inputs.rows(4 * B, B).view({B, 1});
   s.positions = s.inputs.rows(5 * B, B).view({B, 1});
   s.out_bytes = static_cast<size_t>(B) * 8;
-  RETORT_CUDA_CHECK(cudaMallocHost(&s.host_out, s.out_bytes));
+  RETORT_CUDA_CHECK(cudaHostAlloc(&s.host_out, s.out_bytes, cudaHostAllocMapped));
+  RETORT_CUDA_CHECK(cudaHostGetDevicePointer(&s.host_out_device, s.host_out, 0));
   s.winners = Tensor::empty({2 * B}, DType::I32, s.device);  // B 64-bit words
   if (s.pass == SinglePassSampling::None) {
     const int64_t local_vocab = model.config().padded_vocab(1);

@@ -6,6 +6,10 @@
 // each) so that a handful of rows still fills the device; blocks combine through 64-bit integer atomics (a max
 // of packed candidates, sums of fixed-point masses), which are order-independent: the result is the same integers
 // as the CPU pass, run after run. The per-row parameters travel to the device in one small copy.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "parallel/generate/sampler_kernels.h"
 #include "parallel/generate/sampling_math.h"
 
@@ -141,7 +145,36 @@ std::vector<uint64_t> run_rows(const Tensor& logits, const std::vector<RowParams
   return out;
 }
 
+__global__ void word_copy_kernel(const uint32_t* src, uint32_t* dst, int64_t words) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = src != nullptr ? src[i] : 0u;
+}
+
+void zero_rows(uint64_t* best, int64_t rows, cudaStream_t stream) {
+  if (copies_as_kernels())
+    enqueue_word_copy(nullptr, reinterpret_cast<uint32_t*>(best), 2 * rows);
+  else
+    RETORT_CUDA_CHECK(cudaMemsetAsync(best, 0, static_cast<size_t>(rows) * sizeof(uint64_t), stream));
+}
+
 }  // namespace
+
+bool copies_as_kernels() {
+  static const bool kernels = [] {
+    const char* v = std::getenv("RETORT_DECODE_GRAPH_COPIES");
+    return v == nullptr || std::strcmp(v, "nodes") != 0;
+  }();
+  return kernels;
+}
+
+void enqueue_word_copy(const uint32_t* src, uint32_t* dst, int64_t words) {
+  if (words <= 0) return;
+  constexpr int kCopyThreads = 256;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((words + kCopyThreads - 1) / kCopyThreads, 64));
+  word_copy_kernel<<<blocks, kCopyThreads, 0, rc::current_stream()>>>(src, dst, words);
+  RETORT_CUDA_CHECK_LAUNCH();
+}
 
 std::vector<uint64_t> best_gumbel_candidates(const Tensor& logits, int64_t index_base, double temperature,
                                              uint64_t seed, const std::vector<uint64_t>& row_keys,
@@ -179,7 +212,7 @@ void enqueue_best_gumbel(const Tensor& logits, int64_t index_base, double temper
   const int64_t rows = logits.size(0);
   if (rows == 0) return;
   const cudaStream_t stream = rc::current_stream();
-  RETORT_CUDA_CHECK(cudaMemsetAsync(best, 0, static_cast<size_t>(rows) * sizeof(uint64_t), stream));
+  zero_rows(best, rows, stream);
   const int64_t blocks_per_row = blocks_per_row_of(logits);
   dispatch_float(logits.dtype(), "sampler", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -194,7 +227,7 @@ void enqueue_argmax(const Tensor& logits, int64_t index_base, uint64_t* best) {
   const int64_t rows = logits.size(0);
   if (rows == 0) return;
   const cudaStream_t stream = rc::current_stream();
-  RETORT_CUDA_CHECK(cudaMemsetAsync(best, 0, static_cast<size_t>(rows) * sizeof(uint64_t), stream));
+  zero_rows(best, rows, stream);
   const int64_t blocks_per_row = blocks_per_row_of(logits);
   dispatch_float(logits.dtype(), "sampler", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -182,20 +182,36 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_
   RETORT_DISPATCH(c.device(), gemm, a, b, c, trans_a, trans_b, alpha, beta);
 }
 
-void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, Tensor& pre_gelu) {
-  same_device({&x, &weight, &bias, &out, &pre_gelu}, "linear_forward");
+namespace {
+
+// linear_forward's contract: x [M, K], weight [N, K], bias [N] or undefined, out (and pre_gelu when defined) [M, N],
+// all in x's floating dtype on one device.
+void check_linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                          const Tensor& pre_gelu, const char* op) {
+  same_device({&x, &weight, &bias, &out, &pre_gelu}, op);
   RETORT_CHECK(x.ndim() == 2 && weight.ndim() == 2 && x.size(1) == weight.size(1),
-               "linear_forward: x {} must be [M, K] and weight {} [N, K]", x.describe(), weight.describe());
+               "{}: x {} must be [M, K] and weight {} [N, K]", op, x.describe(), weight.describe());
   const Shape out_shape{x.size(0), weight.size(0)};
   RETORT_CHECK(out.shape() == out_shape && (!pre_gelu.defined() || pre_gelu.shape() == out_shape),
-               "linear_forward: out {} (and pre_gelu) must be [{}, {}]", out.describe(), out_shape[0], out_shape[1]);
-  RETORT_CHECK(!bias.defined() || bias.numel() == weight.size(0), "linear_forward: bias {} does not match weight {}",
+               "{}: out {} (and pre_gelu) must be [{}, {}]", op, out.describe(), out_shape[0], out_shape[1]);
+  RETORT_CHECK(!bias.defined() || bias.numel() == weight.size(0), "{}: bias {} does not match weight {}", op,
                bias.describe(), weight.describe());
   for (const Tensor* t : std::initializer_list<const Tensor*>{&weight, &bias, &out, &pre_gelu})
-    RETORT_CHECK(!t->defined() || t->dtype() == x.dtype(), "linear_forward: {} is not in x's dtype ({})", t->describe(),
+    RETORT_CHECK(!t->defined() || t->dtype() == x.dtype(), "{}: {} is not in x's dtype ({})", op, t->describe(),
                  dtype_name(x.dtype()));
-  floating(x, "linear_forward");
+  floating(x, op);
+}
+
+}  // namespace
+
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, Tensor& pre_gelu) {
+  check_linear_forward(x, weight, bias, out, pre_gelu, "linear_forward");
   RETORT_DISPATCH(x.device(), linear_forward, x, weight, bias, out, pre_gelu);
+}
+
+void linear_gelu_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) {
+  check_linear_forward(x, weight, bias, out, Tensor(), "linear_gelu_forward");
+  RETORT_DISPATCH(x.device(), linear_gelu_forward, x, weight, bias, out);
 }
 
 void linear_weight_grad(const Tensor& dy, const Tensor& x, Tensor& dweight, Tensor& dbias) {

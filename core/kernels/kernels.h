@@ -51,6 +51,9 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_
 // taken in float32 before the one rounding to the output dtype; when cuBLASLt offers no kernel for the
 // epilogue, the product, add_bias and gelu_forward. CPU: those three kernels.
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, Tensor& pre_gelu);
+// out = gelu(x W^T + b) as linear_forward with pre_gelu computes it, for inference: the GELU's input is not kept (the
+// GPU's epilogue does not write it). Same shapes and dtypes as linear_forward.
+void linear_gelu_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out);
 // The weight (and bias) gradient of y = x W^T + b: dweight [N, K] = dy^T x, and dbias [N] = dy summed over rows
 // when defined, both written (not accumulated). dy [M, N], x [M, K]. GPU: one cuBLASLt product whose epilogue
 // also writes the bias gradient (falls back to gemm + sum_rows where unsupported).

@@ -281,9 +281,14 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
-  Tensor pre = Tensor::empty({x.numel() / std::max<int64_t>(in, 1), out_features}, x.dtype(), x.device());
   Tensor x2 = x.view({-1, in});
   Tensor out2 = out.view({-1, out_features});
+  if (!autograd::needs_grad({x, weight, bias})) {
+    // Nothing will ask for the backward: the GELU's input is neither kept nor written.
+    kernels::linear_gelu_forward(x2, weight, bias, out2);
+    return out;
+  }
+  Tensor pre = Tensor::empty({x.numel() / std::max<int64_t>(in, 1), out_features}, x.dtype(), x.device());
   kernels::linear_forward(x2, weight, bias, out2, pre);
   return autograd::record(out, "linear_gelu", {x, weight, bias},
                           [x2, weight, bias, pre, x_shape = x.shape()](const Tensor& g) {

@@ -52,6 +52,11 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, T
   if (pre_gelu.defined()) gelu_forward(pre_gelu, out);
 }
 
+void linear_gelu_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) {
+  Tensor pre = Tensor::empty(out.shape(), out.dtype(), out.device());
+  linear_forward(x, weight, bias, out, pre);
+}
+
 void linear_weight_grad(const Tensor& dy, const Tensor& x, Tensor& dweight, Tensor& dbias) {
   gemm(dy, x, dweight, true, false, 1.0f, 0.0f);
   if (dbias.defined()) sum_rows(dy, dbias, 0.0f);

@@ -390,6 +390,32 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, T
   if (gelu) gelu_forward(pre_gelu, out);
 }
 
+void linear_gelu_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) {
+  rc::DeviceGuard guard(device_of(out, "linear_gelu_forward"));
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  if (M == 0 || N == 0) return;
+  if (K > 0 && epilogue_layout_ok(bias, N, false)) {
+    // As linear_forward's, with the epilogue that writes only gelu(v): no aux matrix.
+    const LtProblem p{CUBLAS_OP_T,
+                      CUBLAS_OP_N,
+                      N,
+                      M,
+                      K,
+                      weight.raw_data(),
+                      K,
+                      x.raw_data(),
+                      K,
+                      out.raw_data(),
+                      cuda_type(x.dtype()),
+                      bias.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU,
+                      bias.defined() ? bias.raw_data() : nullptr,
+                      nullptr};
+    if (lt_matmul(p)) return;
+  }
+  Tensor pre = Tensor::empty(out.shape(), out.dtype(), out.device());
+  linear_forward(x, weight, bias, out, pre);
+}
+
 void linear_weight_grad(const Tensor& dy, const Tensor& x, Tensor& dweight, Tensor& dbias) {
   rc::DeviceGuard guard(device_of(dweight, "linear_weight_grad"));
   const int64_t M = dy.size(0), N = dy.size(1), K = x.size(1);

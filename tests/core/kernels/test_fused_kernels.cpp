@@ -206,6 +206,7 @@ double gelu_tanh(double v) {
 
 struct LinearRun {
   Tensor out, pre, dw, db;
+  Tensor inference_out;  // linear_gelu_forward's (gelu only)
 };
 
 LinearRun run_linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy, bool gelu) {
@@ -215,6 +216,10 @@ LinearRun run_linear(const Tensor& x, const Tensor& w, const Tensor& b, const Te
   run.out = Tensor::full({M, N}, 7.0, x.dtype(), device);
   run.pre = gelu ? Tensor::full({M, N}, 7.0, x.dtype(), device) : Tensor();
   kernels::linear_forward(x, w, b, run.out, run.pre);
+  if (gelu) {
+    run.inference_out = Tensor::full({M, N}, 7.0, x.dtype(), device);
+    kernels::linear_gelu_forward(x, w, b, run.inference_out);
+  }
   run.dw = Tensor::full(w.shape(), 7.0, x.dtype(), device);
   run.db = b.defined() ? Tensor::full({N}, 7.0, x.dtype(), device) : Tensor();
   kernels::linear_weight_grad(dy, x, run.dw, run.db);
@@ -248,12 +253,29 @@ TEST(FusedLinear, MatchesFloat64Math) {
         EXPECT_LT(scaled_error(got.out.to_doubles(), out), tol) << "out";
         if (gelu) {
           EXPECT_LT(scaled_error(got.pre.to_doubles(), pre), tol) << "pre-activation";
+          EXPECT_LT(scaled_error(got.inference_out.to_doubles(), out), tol) << "out without the pre-activation";
         }
         EXPECT_LT(scaled_error(got.dw.to_doubles(), dw), tol) << "dweight";
         if (with_bias) {
           EXPECT_LT(scaled_error(got.db.to_doubles(), db), tol) << "dbias";
         }
       }
+}
+
+TEST(FusedLinear, OpsTakeTheInferenceGeluWithoutGrad) {
+  // ops::linear_gelu without a tape (no grad mode, or inputs that need none) computes through linear_gelu_forward:
+  // the same values as the recorded op, and an output with no backward.
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    Tensor x = stored(normal_values(5 * 16, 41), {5, 16}, dtype), w = stored(normal_values(8 * 16, 42, 0.3), {8, 16}, dtype);
+    const Tensor b = stored(normal_values(8, 43), {8}, dtype);
+    w.set_requires_grad(true);
+    const Tensor recorded = ops::linear_gelu(x, w, b);
+    EXPECT_TRUE(recorded.requires_grad());
+    NoGradGuard no_grad;
+    const Tensor inference = ops::linear_gelu(x, w, b);
+    EXPECT_FALSE(inference.requires_grad());
+    EXPECT_EQ(inference.to_doubles(), recorded.to_doubles()) << dtype_name(dtype);
+  }
 }
 
 TEST(FusedLinearCuda, MatchesTheCpu) {
@@ -280,6 +302,8 @@ TEST(FusedLinearCuda, MatchesTheCpu) {
         EXPECT_LT(relative_error(side[1].out.to(Device::cpu()), side[0].out), bound) << "out";
         if (gelu) {
           EXPECT_LT(relative_error(side[1].pre.to(Device::cpu()), side[0].pre), bound) << "pre-activation";
+          EXPECT_LT(relative_error(side[1].inference_out.to(Device::cpu()), side[0].out), bound)
+              << "out without the pre-activation";
         }
         EXPECT_LT(relative_error(side[1].dw.to(Device::cpu()), side[0].dw), bound) << "dweight";
         EXPECT_LT(relative_error(side[1].db.to(Device::cpu()), side[0].db), bound) << "dbias";

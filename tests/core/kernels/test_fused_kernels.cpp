@@ -266,7 +266,8 @@ TEST(FusedLinear, OpsTakeTheInferenceGeluWithoutGrad) {
   // ops::linear_gelu without a tape (no grad mode, or inputs that need none) computes through linear_gelu_forward:
   // the same values as the recorded op, and an output with no backward.
   for (DType dtype : {DType::F32, DType::BF16}) {
-    Tensor x = stored(normal_values(5 * 16, 41), {5, 16}, dtype), w = stored(normal_values(8 * 16, 42, 0.3), {8, 16}, dtype);
+    Tensor x = stored(normal_values(5 * 16, 41), {5, 16}, dtype),
+           w = stored(normal_values(8 * 16, 42, 0.3), {8, 16}, dtype);
     const Tensor b = stored(normal_values(8, 43), {8}, dtype);
     w.set_requires_grad(true);
     const Tensor recorded = ops::linear_gelu(x, w, b);

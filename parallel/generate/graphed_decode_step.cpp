@@ -96,40 +96,40 @@ struct GraphedDecodeStep::State {
   int32_t* host_ids() const { return reinterpret_cast<int32_t*>(host_params() + batch); }
   int32_t* host_positions() const { return host_ids() + batch; }
 
-  // A copy between the pinned buffers and the device: a kernel reading or writing the mapped host pages (a graph of
-  // kernels only starts as soon as it is launched; with a copy node, its first kernel waited for the host's launch
-  // call to return, docs/benchmarks.md), or a copy node (RETORT_DECODE_GRAPH_COPIES=nodes).
-  void copy_in(const void* host, void* device_buffer, size_t bytes) const {
+  // A copy between a pinned buffer and the device: a kernel reading or writing the host pages through their device
+  // addresses (`mapped`: the graph then holds kernels only, and the host's launch call of it takes half as long,
+  // docs/benchmarks.md), or a copy node (RETORT_DECODE_GRAPH_COPIES=nodes) between `from` and `to`.
+  void copy(const void* mapped_from, void* mapped_to, const void* from, void* to, size_t bytes,
+            cudaMemcpyKind kind) const {
     if (kernels::cuda::copies_as_kernels())
-      kernels::cuda::enqueue_word_copy(static_cast<const uint32_t*>(host), static_cast<uint32_t*>(device_buffer),
+      kernels::cuda::enqueue_word_copy(static_cast<const uint32_t*>(mapped_from), static_cast<uint32_t*>(mapped_to),
                                        static_cast<int64_t>(bytes / 4));
     else
-      RETORT_CUDA_CHECK(cudaMemcpyAsync(device_buffer, host_in, bytes, cudaMemcpyHostToDevice, stream));
+      RETORT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, kind, stream));
   }
-  void copy_out(const void* device_buffer, void* host, size_t bytes) const {
-    if (kernels::cuda::copies_as_kernels())
-      kernels::cuda::enqueue_word_copy(static_cast<const uint32_t*>(device_buffer), static_cast<uint32_t*>(host),
-                                       static_cast<int64_t>(bytes / 4));
-    else
-      RETORT_CUDA_CHECK(cudaMemcpyAsync(host_out, device_buffer, bytes, cudaMemcpyDeviceToHost, stream));
+  void copy_in() const {
+    copy(host_in_device, inputs.raw_data(), host_in, inputs.raw_data(), in_bytes, cudaMemcpyHostToDevice);
+  }
+  void copy_out() const {
+    copy(winners.raw_data(), host_out_device, winners.raw_data(), host_out, out_bytes, cudaMemcpyDeviceToHost);
   }
 
   // Everything one step does, enqueued on the compute stream: nothing here waits or touches pageable memory.
   void enqueue() {
-    copy_in(host_in_device, inputs.raw_data(), in_bytes);
+    copy_in();
     // The step's own tensors (activations, the logits) are allocated and freed inside it: while capturing, from
     // the arena, at addresses the graph keeps.
     const Tensor step_logits = model.decode_step(ids, positions, inv_freq, cache, dtype);
     switch (pass) {
       case SinglePassSampling::Argmax:
         kernels::cuda::enqueue_argmax(step_logits, 0, winners.data<uint64_t>());
-        copy_out(winners.raw_data(), host_out_device, out_bytes);
+        copy_out();
         break;
       case SinglePassSampling::Gumbel:
         kernels::cuda::enqueue_best_gumbel(step_logits, 0, sampling.temperature, sampling.seed,
                                            static_cast<const SamplerRowParams*>(inputs.raw_data()),
                                            winners.data<uint64_t>());
-        copy_out(winners.raw_data(), host_out_device, out_bytes);
+        copy_out();
         break;
       case SinglePassSampling::None:
         RETORT_CUDA_CHECK(cudaMemcpyAsync(logits.raw_data(), step_logits.raw_data(), logits.nbytes(),

@@ -3,12 +3,13 @@
 //
 // A decode step of a small model at a small batch is a few hundred tiny kernels, and launching them one by one from
 // the host costs more than running them. Here the step is made static: the ids, positions and sampler row keys
-// live in one pinned host buffer that the host fills before each step and that the step's first node copies to a
+// live in one pinned host buffer that the host fills before each step and that the step's first kernel copies to a
 // fixed device buffer; the model runs GptModel::decode_step (fixed shapes, positions read on the device, no host
 // copy and no wait); the sampler's one shard pass (the argmax when greedy, the Gumbel-max draw when sampling
 // without top_k / top_p) runs on the device and its per-row results are copied into pinned memory by the step's
-// last node. The host then waits once, turns the results into tokens exactly as sample_next_tokens does, and
-// advances the cache's lengths. top_k and top_p need several passes with host decisions in between: the graph
+// last kernel (the pinned buffers are mapped into the device's address space: the graph holds kernels only). The
+// host then waits once, turns the results into tokens exactly as sample_next_tokens does, and advances the cache's
+// lengths. top_k and top_p need several passes with host decisions in between: the graph
 // then ends with the logits in a fixed device buffer and sample_next_tokens reads them.
 //
 // The first step runs eagerly (it warms the libraries the capture must not initialise: cuBLAS's kernels, lazily

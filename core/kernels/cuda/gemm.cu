@@ -358,6 +358,15 @@ bool epilogue_layout_ok(const Tensor& bias, int64_t aux_ld, bool with_aux) {
   return !with_aux || aux_ld % 8 == 0;
 }
 
+// out = x W^T with cuBLASLt's `epilogue` (bias may be undefined, aux null): row-major out [M, N] is column-major
+// D [N, M] = W (stored [K, N] column-major, transposed) x^T. False when cuBLASLt has no kernel for it.
+bool linear_with_epilogue(const Tensor& x, const Tensor& weight, Tensor& out, cublasLtEpilogue_t epilogue,
+                          const Tensor& bias, void* aux) {
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  return lt_matmul(LtProblem{CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, weight.raw_data(), K, x.raw_data(), K, out.raw_data(),
+                             cuda_type(x.dtype()), epilogue, bias.defined() ? bias.raw_data() : nullptr, aux});
+}
+
 }  // namespace
 
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, Tensor& pre_gelu) {
@@ -365,24 +374,10 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, T
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
   if (M == 0 || N == 0) return;
   const bool gelu = pre_gelu.defined();
-  if (K > 0 && bias.defined() && epilogue_layout_ok(bias, N, gelu) && (!gelu || aligned16(pre_gelu.raw_data()))) {
-    // Row-major out [M, N] is column-major D [N, M] = W (stored [K, N] column-major, transposed) x^T.
-    const LtProblem p{CUBLAS_OP_T,
-                      CUBLAS_OP_N,
-                      N,
-                      M,
-                      K,
-                      weight.raw_data(),
-                      K,
-                      x.raw_data(),
-                      K,
-                      out.raw_data(),
-                      cuda_type(x.dtype()),
-                      gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS,
-                      bias.raw_data(),
-                      gelu ? pre_gelu.raw_data() : nullptr};
-    if (lt_matmul(p)) return;
-  }
+  if (K > 0 && bias.defined() && epilogue_layout_ok(bias, N, gelu) && (!gelu || aligned16(pre_gelu.raw_data())) &&
+      linear_with_epilogue(x, weight, out, gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS, bias,
+                           gelu ? pre_gelu.raw_data() : nullptr))
+    return;
   // No epilogue for this case: the same result in separate passes.
   Tensor& product = gelu ? pre_gelu : out;
   gemm(x, weight, product, false, true, 1.0f, 0.0f);
@@ -394,24 +389,11 @@ void linear_gelu_forward(const Tensor& x, const Tensor& weight, const Tensor& bi
   rc::DeviceGuard guard(device_of(out, "linear_gelu_forward"));
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
   if (M == 0 || N == 0) return;
-  if (K > 0 && epilogue_layout_ok(bias, N, false)) {
-    // As linear_forward's, with the epilogue that writes only gelu(v): no aux matrix.
-    const LtProblem p{CUBLAS_OP_T,
-                      CUBLAS_OP_N,
-                      N,
-                      M,
-                      K,
-                      weight.raw_data(),
-                      K,
-                      x.raw_data(),
-                      K,
-                      out.raw_data(),
-                      cuda_type(x.dtype()),
-                      bias.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU,
-                      bias.defined() ? bias.raw_data() : nullptr,
-                      nullptr};
-    if (lt_matmul(p)) return;
-  }
+  // The epilogue that writes gelu(v) alone, no aux matrix; otherwise linear_forward's passes with a scratch input.
+  if (K > 0 && epilogue_layout_ok(bias, N, false) &&
+      linear_with_epilogue(x, weight, out, bias.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU, bias,
+                           nullptr))
+    return;
   Tensor pre = Tensor::empty(out.shape(), out.dtype(), out.device());
   linear_forward(x, weight, bias, out, pre);
 }

@@ -9,8 +9,8 @@
 // without top_k / top_p) runs on the device and its per-row results are copied into pinned memory by the step's
 // last kernel (the pinned buffers are mapped into the device's address space: the graph holds kernels only). The
 // host then waits once, turns the results into tokens exactly as sample_next_tokens does, and advances the cache's
-// lengths. top_k and top_p need several passes with host decisions in between: the graph
-// then ends with the logits in a fixed device buffer and sample_next_tokens reads them.
+// lengths. top_k and top_p need several passes with host decisions in between: the graph then ends with the logits
+// in a fixed device buffer and sample_next_tokens reads them.
 //
 // The first step runs eagerly (it warms the libraries the capture must not initialise: cuBLAS's kernels, lazily
 // loaded modules); the second is captured and every later one replays the graph. Every kernel is the same as in

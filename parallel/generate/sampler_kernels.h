@@ -51,7 +51,8 @@ void enqueue_best_gumbel(const Tensor& logits, int64_t index_base, double temper
 void enqueue_argmax(const Tensor& logits, int64_t index_base, uint64_t* best);
 // dst[i] = src[i] for `words` 4-byte words (src null: zeros), by a kernel on the compute stream. Either side may be
 // pinned host memory mapped into the device's address space: a decode step's graph then moves its inputs and
-// results without copy or memset nodes, whose launch waits for the host (GraphedDecodeStep).
+// results without copy or memset nodes, and the host's launch call of that graph of kernels only takes half as long
+// (GraphedDecodeStep, docs/benchmarks.md).
 void enqueue_word_copy(const uint32_t* src, uint32_t* dst, int64_t words);
 // Whether the passes above zero their results and GraphedDecodeStep moves its inputs and results by kernels (the
 // default) or by memset and copy nodes (RETORT_DECODE_GRAPH_COPIES=nodes, for measurements; read once).

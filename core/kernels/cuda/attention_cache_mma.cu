@@ -81,10 +81,9 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
   bf16* keys = a.k_cache + head_offset;
   bf16* values = a.v_cache + head_offset;
 
-  // While the q|k|v product before this kernel runs: move this head's cached rows towards L2 (one thread per
-  // 32 KiB; the row count read here only sizes the prefetch, which never leaves the cache).
-  const int64_t cached = min(max(static_cast<int64_t>(a.starts[b]), int64_t{0}), a.cap);
-  prefetch_pair_l2(keys, values, cached * kHead * static_cast<int64_t>(sizeof(bf16)));
+  // Nothing is read before the wait. A prefetch of the cached rows there, sized by the row's start (one more load),
+  // put a round trip before the first tile wherever the kernel before does not let this one start early (cuBLAS's
+  // products, at 17 to 32 rows): 2-3% of a batch-32 step (docs/benchmarks.md).
   wait_for_prerequisites();
   const int start = a.starts[b];
 

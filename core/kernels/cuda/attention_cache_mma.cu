@@ -60,8 +60,9 @@ __device__ __forceinline__ void split_bf16(float p0, float p1, uint32_t& hi, uin
 }
 
 // kHead: 64 or 128. kRows16: more than 8 query rows (the fragment's rows g + 8 in use). kPrefetch: the next tile's
-// keys and values are loaded before this tile's products (registers allow it at head size 64).
-template <int kHead, bool kRows16, bool kPrefetch>
+// keys and values are loaded before this tile's products (registers allow it at head size 64). kWarmCache: the
+// block's cached rows are prefetched toward L2 before the wait for the kernel before (kWarmCacheMaxRows).
+template <int kHead, bool kRows16, bool kPrefetch, bool kWarmCache>
 __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeArgs a, float scale_log2) {
   constexpr int kPairs = kHead / 32;        // 16-byte pieces of a key row per lane, each two k-steps of S
   constexpr int kOut = kHead / 8;           // output products (8 columns each)
@@ -81,9 +82,12 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
   bf16* keys = a.k_cache + head_offset;
   bf16* values = a.v_cache + head_offset;
 
-  // Nothing is read before the wait. A prefetch of the cached rows there, sized by the row's start (one more load),
-  // put a round trip before the first tile wherever the kernel before does not let this one start early (cuBLAS's
-  // products, at 17 to 32 rows): 2-3% of a batch-32 step (docs/benchmarks.md).
+  // While the kernel before runs, if it lets this one start early: move this head's cached rows towards L2 (one
+  // thread per 32 KiB; the row count read here only sizes the prefetch, which never leaves the cache).
+  if constexpr (kWarmCache) {
+    const int64_t cached = min(max(static_cast<int64_t>(a.starts[b]), int64_t{0}), a.cap);
+    prefetch_pair_l2(keys, values, cached * kHead * static_cast<int64_t>(sizeof(bf16)));
+  }
   wait_for_prerequisites();
   const int start = a.starts[b];
 
@@ -281,10 +285,23 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
   }
 }
 
+// The query rows (B x new positions) up to which the cached rows are prefetched before the wait. The models run
+// their decode steps on the fused kernels up to 16 rows by default (ops::decode_fusion), which let the next kernel
+// start early, so the prefetch overlaps them; past that the products before are cuBLAS's, this kernel starts when
+// they end, and the prefetch's load of the row's start only put a round trip before the first tile: 2-3% of a
+// batch-32 step without it, 2% of a 12- or 16-row fused step with it (docs/benchmarks.md).
+constexpr int64_t kWarmCacheMaxRows = 16;
+
 template <int kHead, bool kRows16>
 void launch(const CacheDecodeArgs& a, float scale_log2, bool dependent) {
-  launch_dependent(&cache_decode_kernel<kHead, kRows16, kHead == 64>, dim3(static_cast<unsigned>(a.B * a.KV)),
-                   dim3(kWarps * 32), 0, rc::current_stream(), dependent, a, scale_log2);
+  const auto go = [&](auto kernel) {
+    launch_dependent(kernel, dim3(static_cast<unsigned>(a.B * a.KV)), dim3(kWarps * 32), 0, rc::current_stream(),
+                     dependent, a, scale_log2);
+  };
+  if (a.B * a.Tn <= kWarmCacheMaxRows)
+    go(&cache_decode_kernel<kHead, kRows16, kHead == 64, true>);
+  else
+    go(&cache_decode_kernel<kHead, kRows16, kHead == 64, false>);
 }
 
 }  // namespace

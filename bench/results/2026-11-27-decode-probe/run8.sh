@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The final device code of these calls: the GPU suites (the graphed decode's token tests with its copies as kernels and as
+# 86d2434 (the GELU epilogues through one helper, the step's copies through one): the GPU suites (the graphed decode's token tests with its copies as kernels and as
 # nodes), compute-sanitizer memcheck on the graphed decode tests, the toy GPT, GPT-2 small's decode at batches 1 to
 # 32 (two rounds) with torch.compile (reduce-overhead) at 1 and 32 in the same call.
 set -uo pipefail

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "parallel/generate/sampler_kernels.h"
 #include "parallel/generate/sampling_math.h"
@@ -38,6 +39,34 @@ __device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
   return v;
 }
 
+// f(j, value) for the columns [begin, end) of one block's share of a row x. Rows of float32 or bf16 whose columns come
+// in 16-byte packs (x 16-byte aligned, begin and end multiples of 8) are read a pack at a time, a thread's packs all
+// loaded before the first is used: one round trip a block instead of one a column (the argmax of a batch-32 decode
+// step read its 3 MB of logits in 7.8 us that way). The sampler's results are order-independent maxima and sums.
+template <typename T, typename F>
+__device__ __forceinline__ void for_block_columns(const T* x, int64_t begin, int64_t end, F&& f) {
+  constexpr int kPacks = kColumnsPerBlock / (8 * kThreads);  // a thread's packs
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    if (reinterpret_cast<uintptr_t>(x) % 16 == 0 && begin % 8 == 0 && end % 8 == 0) {
+      float v[kPacks][8];
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) {
+        const int64_t j = begin + 8 * (threadIdx.x + static_cast<int64_t>(k) * kThreads);
+        if (j < end) load8(x + j, v[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) {
+        const int64_t j = begin + 8 * (threadIdx.x + static_cast<int64_t>(k) * kThreads);
+        if (j < end)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) f(j + e, v[k][e]);
+      }
+      return;
+    }
+  }
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) f(j, to_f32(x[j]));
+}
+
 template <typename T>
 __global__ void best_gumbel_kernel(const T* logits, int64_t cols, int64_t blocks_per_row, int64_t index_base,
                                    double temperature, uint64_t seed, const RowParams* params,
@@ -46,16 +75,14 @@ __global__ void best_gumbel_kernel(const T* logits, int64_t cols, int64_t blocks
   const int64_t begin = (blockIdx.x % blocks_per_row) * kColumnsPerBlock;
   const int64_t end = min(cols, begin + kColumnsPerBlock);
   const RowParams p = params[row];
-  const T* x = logits + row * cols;
   uint64_t mine = 0;
-  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
-    const float v = to_f32(x[j]);
-    if (sm::order_key(v) < p.key_floor) continue;
+  for_block_columns(logits + row * cols, begin, end, [&](int64_t j, float v) {
+    if (sm::order_key(v) < p.key_floor) return;
     const int64_t id = index_base + j;
     const uint64_t candidate =
         sm::pack_candidate(sm::score_key(v, temperature, sm::gumbel_noise(seed, p.row_key, id)), id);
     mine = candidate > mine ? candidate : mine;
-  }
+  });
   mine = warp_max_u64(mine);
   if (threadIdx.x % 32 == 0 && mine != 0) atomicMax(best + row, static_cast<unsigned long long>(mine));
 }
@@ -66,12 +93,11 @@ __global__ void argmax_kernel(const T* logits, int64_t cols, int64_t blocks_per_
   const int64_t row = blockIdx.x / blocks_per_row;
   const int64_t begin = (blockIdx.x % blocks_per_row) * kColumnsPerBlock;
   const int64_t end = min(cols, begin + kColumnsPerBlock);
-  const T* x = logits + row * cols;
   uint64_t mine = 0;
-  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
-    const uint64_t candidate = sm::pack_candidate(sm::order_key(to_f32(x[j])), index_base + j);
+  for_block_columns(logits + row * cols, begin, end, [&](int64_t j, float v) {
+    const uint64_t candidate = sm::pack_candidate(sm::order_key(v), index_base + j);
     mine = candidate > mine ? candidate : mine;
-  }
+  });
   mine = warp_max_u64(mine);
   if (threadIdx.x % 32 == 0 && mine != 0) atomicMax(best + row, static_cast<unsigned long long>(mine));
 }

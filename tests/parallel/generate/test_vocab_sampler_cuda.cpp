@@ -1,7 +1,8 @@
 // The vocab-parallel sampler on the GPU. The noise, the fixed-point nucleus masses and the packing are the same
 // integers and doubles on both backends (parallel/generate/sampling_math.h), and the GPU top-k kernel equals the
 // CPU's, so the GPU must return the CPU's tokens EXACTLY for the same logits, options, seed and keys: greedy, top-k,
-// top-p (the same allowed sets) and the draws themselves, up to vocabularies of 262144 and batches of 64 rows.
+// top-p (the same allowed sets) and the draws themselves, up to vocabularies of 262144 and batches of 64 rows (rows of
+// 50257 columns are read a column at a time, rows of 4096 and 262144 in 16-byte packs).
 // It also draws many samples on the GPU and checks their support and frequencies against the float64 reference,
 // and runs tp 2 (Gloo thread ranks, each with its shard on the GPU). Skipped without a GPU.
 #include <gtest/gtest.h>

@@ -73,18 +73,6 @@ bool decode_fusion_applies(const Tensor& x, DType compute_dtype, int64_t widest_
   return rows <= max_fused_rows(K) && kernels::small_m_linear_fits(rows, std::max(K, widest_input), compute_dtype);
 }
 
-bool decode_residual_products_apply(const Tensor& x, DType compute_dtype, int64_t widest_input) {
-  // Read on every call, so that a test or a benchmark can switch it.
-  const char* value = std::getenv("RETORT_DECODE_RESIDUAL_PRODUCTS_MAX_ROWS");
-  const int64_t max_rows =
-      value == nullptr ? int64_t{0} : std::clamp<int64_t>(std::strtoll(value, nullptr, 10), 0, kernels::kSmallMMaxRows);
-  if (!x.defined() || x.ndim() < 1 || !decode_fusion_allows(x.device(), compute_dtype)) return false;
-  const int64_t K = x.size(-1);
-  if (K <= 0) return false;
-  const int64_t rows = x.numel() / K;
-  return rows <= max_rows && kernels::small_m_linear_fits(rows, std::max(K, widest_input), compute_dtype);
-}
-
 bool gpt_decode_layers_applies(const Tensor& x, DType compute_dtype, int64_t n_head) {
   if (!x.defined() || x.dtype() != compute_dtype || (x.ndim() != 2 && !(x.ndim() == 3 && x.size(1) == 1))) return false;
   const char* choice = std::getenv("RETORT_DECODE_LAYERS");

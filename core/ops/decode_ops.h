@@ -19,11 +19,6 @@ namespace retort::ops {
 // set. `widest_input`: the widest input of the step's later products
 // (the MLP's down projection), whose rows must fit one launch too; 0 when none is wider than K.
 bool decode_fusion_applies(const Tensor& x, DType compute_dtype, int64_t widest_input = 0);
-// Whether a decode step over rows x [..., K] past decode_fusion_applies' limit runs its products without a norm
-// before them (a GPT block's attention and MLP output projections, each with the residual added in its epilogue) on
-// small_m_linear, and those with a norm on cuBLAS after a norm kernel: the rows are at most
-// RETORT_DECODE_RESIDUAL_PRODUCTS_MAX_ROWS (0 to 32; unset: 0, off) and fit one launch, the fusion switch allows them.
-bool decode_residual_products_apply(const Tensor& x, DType compute_dtype, int64_t widest_input = 0);
 // The same without the rows' limit: for embedding_sum, which computes exactly what the separate lookups, add and
 // cast compute, at any number of rows.
 bool decode_fusion_allows(Device device, DType compute_dtype);

@@ -102,8 +102,6 @@ ResidualStream GptBlock::forward_cached(const ResidualStream& in, generate::KvCa
   // The MLP's projection reads rows 4x wider than x: they must fit one launch too.
   if (!distributed_ && ops::decode_fusion_applies(in.x, compute_dtype, mlp_proj_->weight().size(1)))
     return forward_cached_fused(in, cache, layer, starts, compute_dtype);
-  if (!distributed_ && ops::decode_residual_products_apply(in.x, compute_dtype, mlp_proj_->weight().size(1)))
-    return forward_cached_residual_products(in, cache, layer, starts, compute_dtype);
   return around_attention(in, compute_dtype, [&](const Tensor& qkv) {
     return ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts,
                                         static_cast<int>(local_heads_));
@@ -125,24 +123,6 @@ ResidualStream GptBlock::forward_cached_fused(const ResidualStream& in, generate
   const Tensor mid = ops::small_m_linear(attn, {}, proj_w, proj_b, LinearEpilogue::Residual, x);
   const auto [fc_w, fc_b] = weights(fc_);
   const Tensor hidden = ops::small_m_linear(mid, ln_2_->as_prologue(mid.dtype()), fc_w, fc_b, LinearEpilogue::Gelu);
-  const auto [out_w, out_b] = weights(mlp_proj_);
-  return {ops::small_m_linear(hidden, {}, out_w, out_b, LinearEpilogue::Residual, mid), Tensor()};
-}
-
-ResidualStream GptBlock::forward_cached_residual_products(const ResidualStream& in, generate::KvCache& cache,
-                                                          int64_t layer, const Tensor& starts,
-                                                          DType compute_dtype) const {
-  using kernels::LinearEpilogue;
-  const auto weights = [&](const auto& linear) {
-    return std::pair{nn::to_compute(linear->weight(), compute_dtype), nn::to_compute(linear->bias(), compute_dtype)};
-  };
-  const ops::ResidualNorm first =
-      in.pending.defined() ? ln_1_->forward_added(in.x, in.pending) : ops::ResidualNorm{in.x, ln_1_->forward(in.x)};
-  const Tensor attn = ops::attention_with_kv_cache(qkv_->forward(first.normed, compute_dtype), cache.keys(layer),
-                                                   cache.values(layer), starts, static_cast<int>(local_heads_));
-  const auto [proj_w, proj_b] = weights(attn_proj_);
-  const Tensor mid = ops::small_m_linear(attn, {}, proj_w, proj_b, LinearEpilogue::Residual, first.sum);
-  const Tensor hidden = fc_->forward_gelu(ln_2_->forward(mid), compute_dtype);
   const auto [out_w, out_b] = weights(mlp_proj_);
   return {ops::small_m_linear(hidden, {}, out_w, out_b, LinearEpilogue::Residual, mid), Tensor()};
 }

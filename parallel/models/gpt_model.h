@@ -101,10 +101,6 @@ class GptBlock : public nn::Module {
   // forward_cached over few rows in four fused products and the attention (ops::decode_fusion_applies): LN1 + q|k|v,
   // the attention, its projection + the residual add, LN2 + fc + GELU, the MLP projection + the residual add. Returns
   // the stream with nothing pending.
-  // Past the fused rows (ops::decode_residual_products_apply): the norms and the q|k|v and fc products as in
-  // around_attention, the out and MLP projections with their residual on small_m_linear (no split-K reduction).
-  ResidualStream forward_cached_residual_products(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
-                                                  const Tensor& starts, DType compute_dtype) const;
   ResidualStream forward_cached_fused(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
                                       const Tensor& starts, DType compute_dtype) const;
   // The block around an attention that maps the fused q|k|v projection [B, T, 3C / tp] to [B, T, C / tp].

@@ -29,7 +29,6 @@
 // multiplied) and merge through shared memory. The block appends the new keys and values to the cache (its own rows:
 // no other block reads them) and reads those positions from the new k and v, so no load waits for the append.
 #include <cmath>
-#include <cstdlib>
 
 #include "core/kernels/cuda/attention_cache_mma.h"
 #include "core/kernels/cuda/dependent_launch.cuh"
@@ -60,29 +59,14 @@ __device__ __forceinline__ void split_bf16(float p0, float p1, uint32_t& hi, uin
   lo = ptx::pack_bf16(p0 - h0, p1 - h1);
 }
 
-// The 16-byte pieces of one tile a lane loads: two halves of kHead / 32 key pieces, four keys' kHead / 64 value pieces.
-constexpr int tile_pieces(int head) { return 2 * (head / 32) + 4 * (head / 64); }
-
-// Tiles a warp has in flight when staged: every tile of a warp up to 256 cached positions at head size 64 (4 warps
-// of 16-key tiles), 64 KiB of shared memory a block at either head size, so three blocks fit a multiprocessor.
-constexpr int stages(int head) { return head == 64 ? 4 : 2; }
-
-constexpr size_t staged_bytes(int head) { return size_t{kWarps} * stages(head) * tile_pieces(head) * 32 * 16; }
-
 // kHead: 64 or 128. kRows16: more than 8 query rows (the fragment's rows g + 8 in use). kPrefetch: the next tile's
-// keys and values are loaded into registers before this tile's products (registers allow it at head size 64).
-// kWarmCache: the block's cached rows are prefetched toward L2 before the wait for the kernel before
-// (kWarmCacheMaxRows). kStaged: a warp's next kStages tiles are copied into shared memory with cp.async instead
-// (kPrefetch unused): each lane copies exactly the pieces it later reads, so its own wait_group is the only
-// synchronisation, and a warp has all its tiles of a short row in flight at once instead of one ahead.
-template <int kHead, bool kRows16, bool kPrefetch, bool kWarmCache, bool kStaged>
+// keys and values are loaded before this tile's products (registers allow it at head size 64). kWarmCache: the
+// block's cached rows are prefetched toward L2 before the wait for the kernel before (kWarmCacheMaxRows).
+template <int kHead, bool kRows16, bool kPrefetch, bool kWarmCache>
 __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeArgs a, float scale_log2) {
   constexpr int kPairs = kHead / 32;        // 16-byte pieces of a key row per lane, each two k-steps of S
   constexpr int kOut = kHead / 8;           // output products (8 columns each)
   constexpr int kValuePieces = kHead / 64;  // 16-byte pieces of a value row per lane
-  constexpr int kPieces = tile_pieces(kHead);
-  constexpr int kStages = stages(kHead);
-  extern __shared__ uint4 staged_s[];  // [warp][stage][piece][lane] when kStaged: a piece's 32 lanes side by side
   constexpr int kMaxRows = kRows16 ? 16 : 8;
   constexpr int kStride = kHead + 4;  // floats per merge row, padded against bank conflicts
   __shared__ float s_o[kWarps][kMaxRows][kStride];
@@ -108,21 +92,17 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
   const int start = a.starts[b];
 
   // The append (positions past the cache are dropped). This block alone reads these rows, and it reads them from
-  // the new k and v (row_of below), so nothing waits for the stores; the staged kernel appends after issuing its
-  // first copies, so that the append's loads do not hold them back.
+  // the new k and v (row_of below), so nothing waits for the stores.
   constexpr int kRowPieces = kHead / 8;
   const int64_t new_offset = static_cast<int64_t>(b) * tn * a.kv_stride + static_cast<int64_t>(kv) * kHead;
-  const auto append = [&] {
-    for (int i = threadIdx.x; i < tn * kRowPieces; i += blockDim.x) {
-      const int t = i / kRowPieces, piece = i - t * kRowPieces, pos = start + t;
-      if (pos >= cap) continue;
-      const int64_t src = new_offset + t * a.kv_stride + piece * 8;
-      const int64_t dst = static_cast<int64_t>(pos) * kHead + piece * 8;
-      *reinterpret_cast<uint4*>(keys + dst) = *reinterpret_cast<const uint4*>(a.k_new + src);
-      *reinterpret_cast<uint4*>(values + dst) = *reinterpret_cast<const uint4*>(a.v_new + src);
-    }
-  };
-  if constexpr (!kStaged) append();
+  for (int i = threadIdx.x; i < tn * kRowPieces; i += blockDim.x) {
+    const int t = i / kRowPieces, piece = i - t * kRowPieces, pos = start + t;
+    if (pos >= cap) continue;
+    const int64_t src = new_offset + t * a.kv_stride + piece * 8;
+    const int64_t dst = static_cast<int64_t>(pos) * kHead + piece * 8;
+    *reinterpret_cast<uint4*>(keys + dst) = *reinterpret_cast<const uint4*>(a.k_new + src);
+    *reinterpret_cast<uint4*>(values + dst) = *reinterpret_cast<const uint4*>(a.v_new + src);
+  }
   // Position j's key (or value) row: the cache below start, the new rows from start on.
   const auto row_of = [&](const bf16* cache, const bf16* fresh, int j) {
     return j < start ? cache + static_cast<int64_t>(j) * kHead : fresh + new_offset + (j - start) * a.kv_stride;
@@ -147,48 +127,23 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
   }
   const int seen_lo = seen_of(g), seen_hi = seen_of(g + 8);
 
-  // Lane (g, c)'s pieces of a tile: piece half * kPairs + p is key row 16 tile + 8 half + g's dims 32 p + 8 c ..,
-  // piece 2 kPairs + i * kValuePieces + p is value row 16 tile + 2 c + (i & 1) + 8 (i >> 1)'s dims (kHead / 8) g + 8 p
-  // ..; f(piece, address, valid) loads or copies each (positions the rows do not see are zeros).
-  const auto for_pieces = [&](int tile, auto&& f) {
+  const auto load_keys = [&](int tile, uint4(&k)[2][kPairs]) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int j = tile * kTileKeys + half * 8 + g;
       const bf16* row = row_of(keys, a.k_new, j < seen_all ? j : 0);
 #pragma unroll
-      for (int p = 0; p < kPairs; ++p) f(half * kPairs + p, row + 32 * p + 8 * c, j < seen_all);
+      for (int p = 0; p < kPairs; ++p) k[half][p] = load16(row + 32 * p + 8 * c, j < seen_all);
     }
+  };
+  const auto load_values = [&](int tile, uint4(&v)[4][kValuePieces]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int j = tile * kTileKeys + 2 * c + (i & 1) + (i >> 1) * 8;
       const bf16* row = row_of(values, a.v_new, j < seen_all ? j : 0);
 #pragma unroll
-      for (int p = 0; p < kValuePieces; ++p)
-        f(2 * kPairs + i * kValuePieces + p, row + g * (kHead / 8) + 8 * p, j < seen_all);
+      for (int p = 0; p < kValuePieces; ++p) v[i][p] = load16(row + g * (kHead / 8) + 8 * p, j < seen_all);
     }
-  };
-  // A tile's pieces as the products take them.
-  const auto unpack = [&](const uint4* pieces, int stride, uint4(&k)[2][kPairs], uint4(&v)[4][kValuePieces]) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int p = 0; p < kPairs; ++p) k[half][p] = pieces[(half * kPairs + p) * stride];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int p = 0; p < kValuePieces; ++p) v[i][p] = pieces[(2 * kPairs + i * kValuePieces + p) * stride];
-  };
-  const auto load_tile = [&](int tile, uint4(&k)[2][kPairs], uint4(&v)[4][kValuePieces]) {
-    uint4 loaded[kPieces];
-    for_pieces(tile, [&](int piece, const bf16* src, bool valid) { loaded[piece] = load16(src, valid); });
-    unpack(loaded, 1, k, v);
-  };
-  uint4* my_stages = staged_s + static_cast<size_t>(warp) * kStages * kPieces * 32;
-  const auto stage_tile = [&](int tile, int slot) {
-    uint4* base = my_stages + slot * kPieces * 32 + lane;
-    for_pieces(tile, [&](int piece, const bf16* src, bool valid) {
-      ptx::cp_async16(ptx::smem_addr(base + piece * 32), src, valid);
-    });
   };
 
   float o[kOut][4];
@@ -196,32 +151,18 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
   for (int m = 0; m < kOut; ++m) o[m][0] = o[m][1] = o[m][2] = o[m][3] = 0.f;
   float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
 
-  // A warp's tiles are warp, warp + kWarps, ...: staged kStages ahead in shared memory, or at head size 64 the next
-  // tile's keys and values loaded into registers while this one is multiplied.
+  // A warp's tiles are warp, warp + kWarps, ...; at head size 64 the next tile's keys and values load while this
+  // one is multiplied.
   const int tiles = (seen_all + kTileKeys - 1) / kTileKeys;
   uint4 k_cur[2][kPairs], k_next[2][kPairs], v_cur[4][kValuePieces], v_next[4][kValuePieces];
-  if constexpr (kStaged) {
-    // One commit group per stage, empty past the warp's tiles, so wait_group<kStages - 1> below always means
-    // "the oldest tile has landed".
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      if (warp + s * kWarps < tiles) stage_tile(warp + s * kWarps, s);
-      ptx::cp_async_commit();
-    }
-    append();
-  } else if (kPrefetch && warp < tiles) {
-    load_tile(warp, k_cur, v_cur);
-  }
-  for (int tile = warp, step = 0; tile < tiles; tile += kWarps, ++step) {
+  if (kPrefetch && warp < tiles) load_keys(warp, k_cur), load_values(warp, v_cur);
+  for (int tile = warp; tile < tiles; tile += kWarps) {
     const int j0 = tile * kTileKeys;
-    if constexpr (kStaged) {
-      ptx::cp_async_wait<kStages - 1>();
-      const uint4* base = my_stages + (step % kStages)*kPieces * 32 + lane;
-      unpack(base, 32, k_cur, v_cur);
-    } else if constexpr (kPrefetch) {
-      if (tile + kWarps < tiles) load_tile(tile + kWarps, k_next, v_next);
+    if constexpr (kPrefetch) {
+      if (tile + kWarps < tiles) load_keys(tile + kWarps, k_next), load_values(tile + kWarps, v_next);
     } else {
-      load_tile(tile, k_cur, v_cur);
+      load_keys(tile, k_cur);
+      load_values(tile, v_cur);
     }
 
     // S for the tile's two halves of 8 keys.
@@ -288,12 +229,7 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
       ptx::mma(o[m], p_hi, b0, b1);
       ptx::mma(o[m], p_lo, b0, b1);
     }
-    if constexpr (kStaged) {
-      // The slot's pieces are in registers and used: refill it with the tile kStages on.
-      const int refill = tile + kStages * kWarps;
-      if (refill < tiles) stage_tile(refill, step % kStages);
-      ptx::cp_async_commit();
-    } else if constexpr (kPrefetch) {
+    if constexpr (kPrefetch) {
 #pragma unroll
       for (int half = 0; half < 2; ++half)
 #pragma unroll
@@ -356,38 +292,16 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
 // batch-32 step without it, 2% of a 12- or 16-row fused step with it (docs/benchmarks.md).
 constexpr int64_t kWarmCacheMaxRows = 16;
 
-// Whether a launch stages its tiles in shared memory (kStaged): RETORT_DECODE_ATTENTION_STAGED=1 or 0 forces it;
-// by default past kWarmCacheMaxRows query rows at head size 64, where the kernel before does not let this one start
-// early and a warp's chain of tile loads, one ahead, was the step's longest wait.
-bool staged(const CacheDecodeArgs& a) {
-  const char* choice = std::getenv("RETORT_DECODE_ATTENTION_STAGED");
-  if (choice != nullptr && (choice[0] == '0' || choice[0] == '1')) return choice[0] == '1';
-  return a.D == 64 && a.B * a.Tn > kWarmCacheMaxRows;
-}
-
 template <int kHead, bool kRows16>
 void launch(const CacheDecodeArgs& a, float scale_log2, bool dependent) {
-  const auto go = [&](auto kernel, size_t shared) {
-    launch_dependent(kernel, dim3(static_cast<unsigned>(a.B * a.KV)), dim3(kWarps * 32), shared, rc::current_stream(),
+  const auto go = [&](auto kernel) {
+    launch_dependent(kernel, dim3(static_cast<unsigned>(a.B * a.KV)), dim3(kWarps * 32), 0, rc::current_stream(),
                      dependent, a, scale_log2);
   };
-  const bool warm = a.B * a.Tn <= kWarmCacheMaxRows;
-  if (staged(a)) {
-    const auto go_staged = [&](auto kernel) {
-      // Per device and kernel; cheap enough to repeat on every launch.
-      RETORT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(staged_bytes(kHead))));
-      go(kernel, staged_bytes(kHead));
-    };
-    if (warm)
-      go_staged(&cache_decode_kernel<kHead, kRows16, false, true, true>);
-    else
-      go_staged(&cache_decode_kernel<kHead, kRows16, false, false, true>);
-  } else if (warm) {
-    go(&cache_decode_kernel<kHead, kRows16, kHead == 64, true, false>, 0);
-  } else {
-    go(&cache_decode_kernel<kHead, kRows16, kHead == 64, false, false>, 0);
-  }
+  if (a.B * a.Tn <= kWarmCacheMaxRows)
+    go(&cache_decode_kernel<kHead, kRows16, kHead == 64, true>);
+  else
+    go(&cache_decode_kernel<kHead, kRows16, kHead == 64, false>);
 }
 
 }  // namespace

@@ -25,56 +25,6 @@ __global__ void norm_forward_kernel(const T* x, const T* residual, T* sum, const
                                     float* mean, float* rstd, int64_t rows, int64_t cols, float eps) {
   __shared__ float scratch[32];
   const float inv_cols = 1.f / static_cast<float>(cols);
-  // One pack of 8 a thread (rows up to 8 x blockDim.x wide, every decode and training row here): the row is read
-  // once into registers and the statistics and the output come from them, instead of three more passes over global
-  // memory, each a round trip in a row of a few microseconds. The same sums in the same order, so the same bits.
-  if constexpr (kVec) {
-    if (cols <= 8 * static_cast<int64_t>(blockDim.x)) {
-      const int64_t p = threadIdx.x;
-      const bool live = p < cols / 8;
-      float w[8] = {}, b[8] = {};
-      if (live) {
-        load8(weight + 8 * p, w);
-        if (!kRms && bias) load8(bias + 8 * p, b);
-      }
-      for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        float v[8] = {};
-        if (live) {
-          load8(x + r * cols + 8 * p, v);
-          if (residual) {
-            float add[8];
-            load8(residual + r * cols + 8 * p, add);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) v[i] = to_f32(from_f32<T>(v[i] + add[i]));  // the stored sum, as stored
-            store8(sum + r * cols + 8 * p, v);
-          }
-        }
-        float mu = 0.f;
-        if constexpr (!kRms) {
-          float t = 0.f;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) t += v[i];
-          mu = block_sum(t, scratch) * inv_cols;
-        }
-        float q = 0.f;
-        if (live) {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) q += (v[i] - mu) * (v[i] - mu);
-        }
-        const float rs = 1.f / sqrtf(block_sum(q, scratch) * inv_cols + eps);
-        if (live) {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) v[i] = (v[i] - mu) * rs * w[i] + b[i];
-          store8(y + r * cols + 8 * p, v);
-        }
-        if (threadIdx.x == 0) {
-          if constexpr (!kRms) mean[r] = mu;
-          rstd[r] = rs;
-        }
-      }
-      return;
-    }
-  }
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;

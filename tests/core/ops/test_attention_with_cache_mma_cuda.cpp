@@ -3,9 +3,7 @@
 // ratios 1 to 8, 1 to 4 new positions (up to the kernel's 16 query rows), caches whose length is not a multiple of
 // its 16-key tiles, a row at the first position, a row at the end of its cache and one past it; logits in the
 // hundreds; scores that grow along the cache (the running maximum moves on many tiles); and the CUDA-core kernel
-// on the same inputs. RETORT_DECODE_ATTENTION picks the kernel, RETORT_DECODE_ATTENTION_STAGED whether its tiles go
-// through registers or shared memory (both are checked on caches long enough to refill the stages). Skipped without
-// a GPU.
+// on the same inputs. RETORT_DECODE_ATTENTION picks the kernel. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,26 +22,21 @@ namespace {
 #define SKIP_WITHOUT_GPU() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
-// An environment variable set while in scope; the value before (or its absence) afterwards.
-struct ScopedSetting {
-  ScopedSetting(const char* name, const char* value) : name(name) {
-    if (const char* before = std::getenv(name)) previous = before, had_previous = true;
-    setenv(name, value, 1);
+// RETORT_DECODE_ATTENTION=value while in scope; the value before (or its absence) afterwards.
+struct DecodeKernel {
+  explicit DecodeKernel(const char* value) {
+    if (const char* before = std::getenv(kName)) previous = before, had_previous = true;
+    setenv(kName, value, 1);
   }
-  ~ScopedSetting() {
+  ~DecodeKernel() {
     if (had_previous)
-      setenv(name, previous.c_str(), 1);
+      setenv(kName, previous.c_str(), 1);
     else
-      unsetenv(name);
+      unsetenv(kName);
   }
-  const char* name;
+  static constexpr const char* kName = "RETORT_DECODE_ATTENTION";
   std::string previous;
   bool had_previous = false;
-};
-
-// RETORT_DECODE_ATTENTION=value while in scope: which decode kernel runs.
-struct DecodeKernel : ScopedSetting {
-  explicit DecodeKernel(const char* value) : ScopedSetting("RETORT_DECODE_ATTENTION", value) {}
 };
 
 struct Case {
@@ -261,28 +254,6 @@ TEST(AttentionWithCacheMmaCuda, AgreesWithTheCudaCoreKernel) {
     for (size_t i = 0; i < lanes.out.size(); ++i)
       ASSERT_NEAR(tensor_cores.out[i], lanes.out[i], 2e-5 + 2.0 / 256 * std::abs(lanes.out[i])) << "element " << i;
   }
-}
-
-TEST(AttentionWithCacheMmaCuda, StagedAndRegisterTilesMatchFloat64) {
-  SKIP_WITHOUT_GPU();
-  DecodeKernel mma("mma");
-  // Caches of 700 positions: up to 44 tiles of 16 keys, so a warp's shared-memory stages (4 at head size 64, 2 at
-  // 128) are refilled many times; rows from the first position to the last slot; few rows (where the cache is also
-  // prefetched toward L2) and many; grouped and plain heads.
-  struct Shape {
-    int64_t B, H, KV, Tn, D;
-  };
-  for (const Shape shape : {Shape{5, 4, 4, 1, 64}, Shape{24, 12, 12, 1, 64}, Shape{6, 8, 2, 2, 64},
-                            Shape{5, 8, 2, 1, 128}, Shape{20, 32, 8, 1, 128}})
-    for (const char* staged : {"0", "1"}) {
-      ScopedSetting setting("RETORT_DECODE_ATTENTION_STAGED", staged);
-      Case c;
-      c.B = shape.B, c.H = shape.H, c.KV = shape.KV, c.Tn = shape.Tn, c.D = shape.D, c.cap = 700;
-      c.seed = static_cast<uint32_t>(shape.B * 100 + shape.D + shape.Tn), c.q_scale = 4.0;
-      c.starts = starts_for(c.B, c.Tn, c.cap, c.seed);
-      const Inputs in = make_inputs(c);
-      expect_matches_reference(c, in, run_gpu(c, in), std::string("staged=") + staged);
-    }
 }
 
 }  // namespace

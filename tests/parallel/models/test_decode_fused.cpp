@@ -466,34 +466,5 @@ TEST(DecodeFused, GpuOneLaunchForEveryBlock) {
   check_greedy_tokens(model, DType::BF16, DecodeFusion::Gpu, 0.1, 15);
 }
 
-// Past the fused rows with RETORT_DECODE_RESIDUAL_PRODUCTS_MAX_ROWS set: a GPT block runs its two output projections
-// (with the residual added) on small_m_linear and the rest as the unfused path does; the logits follow the unfused
-// path's, on the CPU and on the GPU in bf16.
-TEST(DecodeFused, ResidualProductsPastTheFusedRows) {
-  std::vector<std::vector<int32_t>> prompts;  // 18 rows: past the 16 the fused path takes
-  for (int32_t i = 0; i < 18; ++i) prompts.push_back({1 + i % 7, 2 + i % 5, 3 + (i * 3) % 11});
-  for (const bool bias : {true, false}) {
-    SCOPED_TRACE(bias ? "bias" : "no bias");
-    GptModel model(gpt_config(true, bias));
-    model.initialize(5);
-    setenv("RETORT_DECODE_RESIDUAL_PRODUCTS_MAX_ROWS", "32", 1);
-    {
-      const DecodeFusionScope everywhere(DecodeFusion::Everywhere);
-      EXPECT_EQ(count(step_dispatches(model, DType::F32, 18), "small_m_linear"), 2 * model.config().n_layer);
-      EXPECT_EQ(count(step_dispatches(model, DType::F32, 16), "small_m_linear"), 4 * model.config().n_layer + 1);
-    }
-    check_model(model, DType::F32, DecodeFusion::Everywhere, 1e-5, prompts);
-    check_model(model, DType::BF16, DecodeFusion::Everywhere, 3e-2, prompts);
-    if (cuda_available()) {
-      model.to(Device::cuda(0));
-      check_model(model, DType::BF16, DecodeFusion::Gpu, 3e-2, prompts);
-      model.to(Device::cpu());
-    }
-    unsetenv("RETORT_DECODE_RESIDUAL_PRODUCTS_MAX_ROWS");
-    const DecodeFusionScope everywhere(DecodeFusion::Everywhere);
-    EXPECT_EQ(count(step_dispatches(model, DType::F32, 18), "small_m_linear"), 0);
-  }
-}
-
 }  // namespace
 }  // namespace retort

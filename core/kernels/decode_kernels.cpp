@@ -8,7 +8,9 @@
 #include <string_view>
 
 #include "core/kernels/dispatch.h"
+#include "core/kernels/kernels.h"
 #include "core/profile/op_profiler.h"
+#include "core/tensor/slicing.h"
 #include "core/util/error.h"
 
 namespace retort::kernels {
@@ -191,6 +193,74 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
                  l.k_cache.describe(), l.v_cache.describe(), dtype_name(dtype), B, n_head, D);
   }
   RETORT_DISPATCH(x.device(), gpt_decode_layers, x, layers, starts, n_head, eps, out);
+}
+
+void linear_partials(const Tensor& x, const Tensor& weight, Tensor& partials) {
+  const char* op = "linear_partials";
+  same_device({&x, &weight, &partials}, op);
+  RETORT_CHECK(x.ndim() == 2 && weight.ndim() == 2 && x.size(1) == weight.size(1) && weight.dtype() == x.dtype() &&
+                   is_floating(x.dtype()),
+               "{}: x {} must be [M, K] and weight {} [N, K], one floating dtype", op, x.describe(), weight.describe());
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  const DType sums = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  RETORT_CHECK(partials.ndim() == 3 && partials.size(0) >= 1 && partials.size(1) == M && partials.size(2) == N &&
+                   partials.dtype() == sums,
+               "{}: partials {} should be {}[S, {}, {}]", op, partials.describe(), dtype_name(sums), M, N);
+  const int64_t S = partials.size(0);
+  RETORT_CHECK(K % S == 0, "{}: K = {} does not split into {} equal slices", op, K, S);
+  profile::Range range(op, x.device());
+#ifdef RETORT_WITH_CUDA
+  if (x.device().is_cuda() && cuda::linear_partials(x, weight, partials)) return;
+#endif
+  // Each slice as a product of its own, in the partials' dtype.
+  const int64_t slice = K / S;
+  for (int64_t s = 0; s < S; ++s) {
+    Tensor out = partials.rows(s, 1).view({M, N});
+    gemm(narrow_copy(x, 1, s * slice, slice).to(sums), narrow_copy(weight, 1, s * slice, slice).to(sums), out, false,
+         true, 1.0f, 0.0f);
+  }
+}
+
+void add_partials_norm(const Tensor& x, const Tensor& partials, const Tensor& bias, const RowNorm& norm, Tensor& sum,
+                       Tensor& y) {
+  const char* op = "add_partials_norm";
+  same_device({&x, &partials, &bias, &norm.weight, &norm.bias, &sum, &y}, op);
+  RETORT_CHECK(x.ndim() == 2 && is_floating(x.dtype()), "{}: x {} must be [M, N], floating", op, x.describe());
+  const int64_t M = x.size(0), N = x.size(1);
+  const DType sums = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  RETORT_CHECK(partials.ndim() == 3 && partials.size(0) >= 1 && partials.size(1) == M && partials.size(2) == N &&
+                   partials.dtype() == sums,
+               "{}: partials {} should be {}[S, {}, {}]", op, partials.describe(), dtype_name(sums), M, N);
+  vector_of(bias, N, x.dtype(), "bias", op);
+  RETORT_CHECK(sum.shape() == x.shape() && sum.dtype() == x.dtype(), "{}: sum {} should be like x {}", op,
+               sum.describe(), x.describe());
+  const bool normed = norm.kind != RowNormKind::None;
+  RETORT_CHECK(normed == y.defined() && (!normed || (y.shape() == x.shape() && y.dtype() == x.dtype())),
+               "{}: y {} should be like x {} with a norm, undefined without one", op,
+               y.defined() ? y.describe() : std::string("undefined"), x.describe());
+  if (normed)
+    RETORT_CHECK(norm.weight.defined() && norm.weight.numel() == N &&
+                     (!norm.bias.defined() || (norm.kind == RowNormKind::LayerNorm && norm.bias.numel() == N)),
+                 "{}: the norm's weight {} / bias should have {} values (a bias for LayerNorm only)", op,
+                 norm.weight.defined() ? norm.weight.describe() : std::string("undefined"), N);
+  profile::Range range(op, x.device());
+#ifdef RETORT_WITH_CUDA
+  if (x.device().is_cuda() && cuda::add_partials_norm(x, partials, bias, norm, sum, y)) return;
+#endif
+  // The reference: the partials added in order, the bias, one rounding to x's dtype, then the fused add and norm.
+  Tensor total = partials.rows(0, 1).view({M, N}).clone();
+  for (int64_t s = 1; s < partials.size(0); ++s) add(total, partials.rows(s, 1).view({M, N}), total, 1.0f, 1.0f);
+  if (bias.defined()) add_bias(total, bias.to(sums), total);
+  const Tensor update = total.to(x.dtype());
+  if (!normed) {
+    add(x, update, sum, 1.0f, 1.0f);
+    return;
+  }
+  Tensor mean = Tensor::empty({M}, DType::F32, x.device()), rstd = Tensor::empty({M}, DType::F32, x.device());
+  if (norm.kind == RowNormKind::LayerNorm)
+    add_layer_norm_forward(x, update, norm.weight, norm.bias, norm.eps, sum, y, mean, rstd);
+  else
+    add_rms_norm_forward(x, update, norm.weight, norm.eps, sum, y, rstd);
 }
 
 }  // namespace retort::kernels

@@ -7,6 +7,11 @@
 //                    weight streamed at memory bandwidth, and the bias, GELU, SwiGLU or residual add as an epilogue;
 //   embedding_sum    the token row plus the position row, rounded once to the compute dtype, one launch;
 //   fold_norm_into_linear  a LayerNorm's weight and bias folded into the product after it, once per weight;
+//   linear_partials  a product x W^T left as float32 sums over S consecutive slices of K, for the norm after it to add
+//                    up: past the rows small_m_linear takes, a batched cuBLASLt product with no split-K reduction
+//                    kernel of its own;
+//   add_partials_norm  the residual stream's update from those sums (with the product's bias) and the norm after it,
+//                    in one launch;
 //   gpt_decode_layers  every block of a GPT model (norms, q|k|v, cache attention, projections, MLP) for one new
 //                    position a row, in one persistent launch on the GPU (core/kernels/cuda/gpt_decode_layers.cu).
 //
@@ -57,6 +62,24 @@ bool small_m_linear_fits(int64_t rows, int64_t in_features, DType dtype);
 void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
                     const Tensor& weight2, const Tensor& bias2, const Tensor& residual, LinearEpilogue epilogue,
                     Tensor& out);
+
+// partials [S, M, N] = the S products x[:, slice s] W[:, slice s]^T over consecutive slices of K / S values of K: x [M, K],
+// weight [N, K] in one floating dtype, partials float32 (float64 for f64), K a multiple of S. GPU: one strided-batched
+// cuBLASLt product (bf16 or f32; float32 compute); its small products run as fast as or faster than one product
+// with a split-K reduction kernel after it (docs/benchmarks.md). CPU: each slice through gemm.
+void linear_partials(const Tensor& x, const Tensor& weight, Tensor& partials);
+
+// The update of a residual stream x [M, N] by a product left as partials [S, M, N] (linear_partials) with its bias
+// [N] (x's dtype, may be undefined), and the norm after it:
+//   p   = sum_s partials[s] + bias, in float32 (float64 for f64), s in order, rounded to x's dtype (the product's
+//         output as a separate product would store it);
+//   sum = x + p rounded to x's dtype (the new residual stream), y = norm(sum) as layer_norm_forward / rms_norm_forward
+//         of the stored sum (norm.kind None: no norm, y undefined).
+// sum and y like x; norm's weight and bias as for the norm kernels. GPU: one launch for rows of up to 8,192 values in
+// 16-byte packs; otherwise (and on the CPU, the reference) the same through add, add_bias, cast and the fused add and
+// norm kernels.
+void add_partials_norm(const Tensor& x, const Tensor& partials, const Tensor& bias, const RowNorm& norm, Tensor& sum,
+                       Tensor& y);
 
 // out[i, :] = table[ids[i], :] (+ table2[ids2[i], :] when table2 is defined), summed in float32 (float64 for f64) and
 // rounded once to out's dtype. table and table2 [rows, C] share a dtype; ids and ids2 i32 of one numel N; out [N, C].
@@ -141,6 +164,11 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
                        float eps, Tensor& out);
 // Whether a launch for `rows` rows of a model `width` wide fits the current device's shared memory.
 bool gpt_decode_layers_shared_fits(int64_t rows, int64_t width);
+// The batched product; false (nothing written) when cuBLASLt has no kernel for it.
+bool linear_partials(const Tensor& x, const Tensor& weight, Tensor& partials);
+// The one-launch update; false (nothing written) for rows it does not take (not in 16-byte packs, or wider than 8,192).
+bool add_partials_norm(const Tensor& x, const Tensor& partials, const Tensor& bias, const RowNorm& norm, Tensor& sum,
+                       Tensor& y);
 }  // namespace cuda
 #endif
 

@@ -73,6 +73,36 @@ bool decode_fusion_applies(const Tensor& x, DType compute_dtype, int64_t widest_
   return rows <= max_fused_rows(K) && kernels::small_m_linear_fits(rows, std::max(K, widest_input), compute_dtype);
 }
 
+bool decode_partial_products_apply(const Tensor& x, DType compute_dtype) {
+  if (!x.defined() || x.ndim() < 1 || !decode_fusion_allows(x.device(), compute_dtype)) return false;
+  const char* choice = std::getenv("RETORT_DECODE_PARTIAL_PRODUCTS");
+  if (choice != nullptr && std::string_view(choice) == "0") return false;
+  const int64_t K = x.size(-1);
+  return K > 0 && x.numel() / K <= kPartialProductsMaxRows;
+}
+
+PartialProducts linear_partials(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_inference({&x, &weight, &bias}, "linear_partials");
+  const int64_t K = x.size(-1), rows = x.numel() / std::max<int64_t>(K, 1);
+  int64_t slices = kPartialSlices;
+  while (slices > 1 && K % (8 * slices) != 0) --slices;
+  const DType sums = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor partials = Tensor::empty({slices, rows, weight.size(0)}, sums, x.device());
+  kernels::linear_partials(x.view({rows, K}), weight, partials);
+  return {partials, bias};
+}
+
+ResidualNorm add_partials_norm(const Tensor& x, const PartialProducts& product, const kernels::RowNorm& norm) {
+  check_inference({&x, &product.partials, &product.bias, &norm.weight, &norm.bias}, "add_partials_norm");
+  const int64_t N = x.size(-1), rows = x.numel() / std::max<int64_t>(N, 1);
+  ResidualNorm out{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor()};
+  if (norm.kind != kernels::RowNormKind::None) out.normed = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor sum_rows = out.sum.view({rows, N});
+  Tensor normed_rows = out.normed.defined() ? out.normed.view({rows, N}) : Tensor();
+  kernels::add_partials_norm(x.view({rows, N}), product.partials, product.bias, norm, sum_rows, normed_rows);
+  return out;
+}
+
 bool gpt_decode_layers_applies(const Tensor& x, DType compute_dtype, int64_t n_head) {
   if (!x.defined() || x.dtype() != compute_dtype || (x.ndim() != 2 && !(x.ndim() == 3 && x.size(1) == 1))) return false;
   const char* choice = std::getenv("RETORT_DECODE_LAYERS");

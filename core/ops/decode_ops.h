@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "core/kernels/decode_kernels.h"
+#include "core/ops/ops.h"
 #include "core/tensor/tensor.h"
 
 namespace retort::ops {
@@ -19,6 +20,13 @@ namespace retort::ops {
 // set. `widest_input`: the widest input of the step's later products
 // (the MLP's down projection), whose rows must fit one launch too; 0 when none is wider than K.
 bool decode_fusion_applies(const Tensor& x, DType compute_dtype, int64_t widest_input = 0);
+// Whether a decode step over rows x [..., K] past decode_fusion_applies' limit leaves the products before a norm (a
+// GPT block's attention and MLP output projections) as float32 partial sums for that norm to add up
+// (linear_partials, add_partials_norm): the fusion switch allows x's device and dtype, the rows are at most
+// kPartialProductsMaxRows, and RETORT_DECODE_PARTIAL_PRODUCTS is not 0 (read on every call).
+constexpr int64_t kPartialProductsMaxRows = 64;
+bool decode_partial_products_apply(const Tensor& x, DType compute_dtype);
+
 // The same without the rows' limit: for embedding_sum, which computes exactly what the separate lookups, add and
 // cast compute, at any number of rows.
 bool decode_fusion_allows(Device device, DType compute_dtype);
@@ -35,6 +43,18 @@ bool gpt_decode_layers_applies(const Tensor& x, DType compute_dtype, int64_t n_h
 
 // x [B, 1, C] or [B, C] through `layers` (kernels::gpt_decode_layers), one new position a row at starts (i32 [B]) of
 // the layers' caches -> the last residual, shaped like x.
+// A product left as float32 partial sums over slices of K, with the bias the norm after it adds (inference only).
+struct PartialProducts {
+  Tensor partials;  // f32 [S, rows, N] (f64 for f64)
+  Tensor bias;      // [N] or undefined
+};
+// x [..., K] W^T as kPartialSlices (or fewer: K must split into slices of whole 16-byte packs) partial sums.
+constexpr int64_t kPartialSlices = 4;
+PartialProducts linear_partials(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// The residual stream x [..., N] plus the product (rounded to x's dtype as a separate product would store it), and
+// `norm` of that sum (kernels::add_partials_norm): {sum, normed}; normed undefined for RowNormKind::None.
+ResidualNorm add_partials_norm(const Tensor& x, const PartialProducts& product, const kernels::RowNorm& norm);
+
 Tensor gpt_decode_layers(const Tensor& x, const std::vector<kernels::GptDecodeLayer>& layers, const Tensor& starts,
                          int n_head, float eps);
 

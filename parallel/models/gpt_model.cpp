@@ -102,6 +102,10 @@ ResidualStream GptBlock::forward_cached(const ResidualStream& in, generate::KvCa
   // The MLP's projection reads rows 4x wider than x: they must fit one launch too.
   if (!distributed_ && ops::decode_fusion_applies(in.x, compute_dtype, mlp_proj_->weight().size(1)))
     return forward_cached_fused(in, cache, layer, starts, compute_dtype);
+  if (!distributed_ && ops::decode_partial_products_apply(in.x, compute_dtype))
+    return forward_cached_partials(in, cache, layer, starts, compute_dtype);
+  RETORT_CHECK(!in.pending_partials.partials.defined(),
+               "GptBlock::forward_cached: a pending partial product reached a block that does not take partials");
   return around_attention(in, compute_dtype, [&](const Tensor& qkv) {
     return ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts,
                                         static_cast<int>(local_heads_));
@@ -125,6 +129,26 @@ ResidualStream GptBlock::forward_cached_fused(const ResidualStream& in, generate
   const Tensor hidden = ops::small_m_linear(mid, ln_2_->as_prologue(mid.dtype()), fc_w, fc_b, LinearEpilogue::Gelu);
   const auto [out_w, out_b] = weights(mlp_proj_);
   return {ops::small_m_linear(hidden, {}, out_w, out_b, LinearEpilogue::Residual, mid), Tensor()};
+}
+
+ResidualStream GptBlock::forward_cached_partials(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
+                                                 const Tensor& starts, DType compute_dtype) const {
+  const auto weights = [&](const auto& linear) {
+    return std::pair{nn::to_compute(linear->weight(), compute_dtype), nn::to_compute(linear->bias(), compute_dtype)};
+  };
+  const ops::ResidualNorm first =
+      in.pending_partials.partials.defined()
+          ? ops::add_partials_norm(in.x, in.pending_partials, ln_1_->as_prologue(in.x.dtype()))
+      : in.pending.defined() ? ln_1_->forward_added(in.x, in.pending)
+                             : ops::ResidualNorm{in.x, ln_1_->forward(in.x)};
+  const Tensor attn = ops::attention_with_kv_cache(qkv_->forward(first.normed, compute_dtype), cache.keys(layer),
+                                                   cache.values(layer), starts, static_cast<int>(local_heads_));
+  const auto [proj_w, proj_b] = weights(attn_proj_);
+  const ops::ResidualNorm second =
+      ops::add_partials_norm(first.sum, ops::linear_partials(attn, proj_w, proj_b), ln_2_->as_prologue(first.sum.dtype()));
+  const Tensor hidden = fc_->forward_gelu(second.normed, compute_dtype);
+  const auto [out_w, out_b] = weights(mlp_proj_);
+  return {second.sum, Tensor(), ops::linear_partials(hidden, out_w, out_b)};
 }
 
 bool GptBlock::takes_decode_layers() const {
@@ -317,6 +341,7 @@ Tensor GptModel::cached_layers(Tensor x, const Tensor& positions, const Tensor& 
   for (size_t layer = 0; layer < layers_.size(); ++layer)
     stream = layers_[layer]->forward_cached(stream, positions, inv_freq, cache, static_cast<int64_t>(layer), starts,
                                             compute_dtype);
+  if (stream.pending_partials.partials.defined()) return ops::add_partials_norm(stream.x, stream.pending_partials, {}).sum;
   return stream.pending.defined() ? ops::add(stream.x, stream.pending) : stream.x;
 }
 

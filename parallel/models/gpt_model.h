@@ -75,9 +75,12 @@ struct GptConfig {
 
 // The residual stream between blocks in training: `x`, plus `pending`, the previous block's last output not yet
 // added to it (undefined at the first block). The next norm adds it in the same kernel (ops::add_layer_norm), so
-// a block boundary costs one pass over the stream instead of an add and a norm.
+// a block boundary costs one pass over the stream instead of an add and a norm. In a decode step past the fused rows
+// the pending output may instead be a product left as partial sums (`pending_partials`, ops::linear_partials), which
+// the next norm adds up the same way (ops::add_partials_norm).
 struct ResidualStream {
   Tensor x, pending;
+  ops::PartialProducts pending_partials;
 };
 
 class GptBlock : public nn::Module {
@@ -103,6 +106,12 @@ class GptBlock : public nn::Module {
   // the stream with nothing pending.
   ResidualStream forward_cached_fused(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
                                       const Tensor& starts, DType compute_dtype) const;
+  // forward_cached past the fused rows (ops::decode_partial_products_apply): the norms and the q|k|v and fc products as
+  // in around_attention, and the two output projections as partial sums that the norm after each adds up with the
+  // residual, so neither product needs a split-K reduction nor its own add. Returns the MLP's projection pending as
+  // partials.
+  ResidualStream forward_cached_partials(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
+                                         const Tensor& starts, DType compute_dtype) const;
   // The block around an attention that maps the fused q|k|v projection [B, T, 3C / tp] to [B, T, C / tp].
   template <typename Attend>
   ResidualStream around_attention(const ResidualStream& in, DType compute_dtype, const Attend& attend) const;

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/kernels/backends.h"
+#include "core/kernels/decode_kernels.h"
 #include "core/kernels/cuda/epilogue_notice.h"
 
 namespace retort::kernels::cuda {
@@ -202,7 +203,8 @@ void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t att
   RETORT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
 }
 
-// One column-major problem D [m, n] = op(A) op(B) (alpha 1, beta 0) with an epilogue, in one dtype.
+// One column-major problem D [m, n] = op(A) op(B) (alpha 1, beta 0) with an epilogue, in one dtype (D in float32
+// when d_f32), or `batch` of them with A and B `stride_a` and `stride_b` elements apart and D m * n apart.
 struct LtProblem {
   cublasOperation_t trans_a, trans_b;
   int64_t m, n, k;
@@ -215,11 +217,14 @@ struct LtProblem {
   cublasLtEpilogue_t epilogue;
   void* bias;  // the bias (read) or the bias gradient (written), length per the epilogue
   void* aux;   // the GELU input, ld m; null when the epilogue has none
+  bool d_f32 = false;
+  int batch = 1;
+  int64_t stride_a = 0, stride_b = 0;
 };
 
 // The heuristic's pick depends on the shapes, the epilogue and the pointers' alignment; training asks for the
 // same few products every step, so the answer (or that there is none) is kept per device.
-using AlgoKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, int, int, int>;
+using AlgoKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, int, int, int, int, int64_t, int64_t>;
 
 // (std::optional of the algorithm struct trips nvcc's front end, hence the flag.)
 struct CachedAlgo {
@@ -286,7 +291,18 @@ bool run_lt_matmul(const LtProblem& p) {
   const bool a_plain = p.trans_a == CUBLAS_OP_N, b_plain = p.trans_b == CUBLAS_OP_N;
   RETORT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, p.type, a_plain ? p.m : p.k, a_plain ? p.k : p.m, p.lda));
   RETORT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, p.type, b_plain ? p.k : p.n, b_plain ? p.n : p.k, p.ldb));
-  RETORT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, p.type, p.m, p.n, p.m));
+  RETORT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, p.d_f32 ? CUDA_R_32F : p.type, p.m, p.n, p.m));
+  if (p.batch > 1) {
+    const int32_t count = p.batch;
+    const int64_t strides[3] = {p.stride_a, p.stride_b, p.m * p.n};
+    const cublasLtMatrixLayout_t layouts[3] = {desc.a, desc.b, desc.d};
+    for (int i = 0; i < 3; ++i) {
+      RETORT_CUBLAS_CHECK(
+          cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      RETORT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                           &strides[i], sizeof(strides[i])));
+    }
+  }
   size_t workspace_bytes = 0;
   void* workspace = rc::cublas_workspace(&workspace_bytes);
   cublasLtHandle_t handle = rc::cublaslt_handle();
@@ -300,7 +316,10 @@ bool run_lt_matmul(const LtProblem& p) {
                     p.k,
                     static_cast<int>(p.trans_a) * 2 + static_cast<int>(p.trans_b),
                     static_cast<int>(p.lda % 8),
-                    static_cast<int>(p.ldb % 8 + 8 * (align_a + 32 * (align_b + 32 * align_d)))};
+                    static_cast<int>(p.ldb % 8 + 8 * (align_a + 32 * (align_b + 32 * align_d))),
+                    static_cast<int>(p.d_f32) + 2 * p.batch,
+                    p.stride_a,
+                    p.stride_b};
   CachedAlgo algo;
   bool cached = false;
   {
@@ -423,6 +442,37 @@ void linear_weight_grad(const Tensor& dy, const Tensor& x, Tensor& dweight, Tens
   }
   gemm(dy, x, dweight, true, false, 1.0f, 0.0f);
   if (dbias.defined()) sum_rows(dy, dbias, 0.0f);
+}
+
+bool linear_partials(const Tensor& x, const Tensor& weight, Tensor& partials) {
+  rc::DeviceGuard guard(device_of(partials, "linear_partials"));
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0), S = partials.size(0), slice = K / S;
+  if (x.dtype() != DType::BF16 && x.dtype() != DType::F32) return false;
+  if (M == 0 || N == 0) return true;
+  if (slice == 0) {
+    fill(partials, 0.0);
+    return true;
+  }
+  // Row-major partials[s] [M, N] is column-major D_s [N, M] = W_s (column-major [slice, N] with ld K, transposed)
+  // x_s^T (column-major [slice, M] with ld K); W_s and x_s start s * slice values in.
+  LtProblem p{CUBLAS_OP_T,
+              CUBLAS_OP_N,
+              N,
+              M,
+              slice,
+              weight.raw_data(),
+              K,
+              x.raw_data(),
+              K,
+              partials.raw_data(),
+              cuda_type(x.dtype()),
+              CUBLASLT_EPILOGUE_DEFAULT,
+              nullptr,
+              nullptr};
+  p.d_f32 = true;
+  p.batch = static_cast<int>(S);
+  p.stride_a = p.stride_b = slice;
+  return run_lt_matmul(p);
 }
 
 }  // namespace retort::kernels::cuda

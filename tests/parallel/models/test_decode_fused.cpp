@@ -15,7 +15,8 @@
 // With RETORT_DECODE_LAYERS=1, GPT blocks the one-launch kernel takes (heads of 64, width 256:
 // ops::gpt_decode_layers_applies) decode a step as one gpt_decode_layers dispatch for every block, through the same
 // checks, on the CPU (its reference kernel) and on the GPU; without the setting the GPU takes it at 4 to 16 rows and
-// the CPU never, and RETORT_DECODE_LAYERS=0 turns it off.
+// the CPU never, and RETORT_DECODE_LAYERS=0 turns it off. Past the fused rows, GPT blocks leave their output
+// projections as partial sums for the norm after them (ops::decode_partial_products_apply), checked the same way.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -464,6 +465,43 @@ TEST(DecodeFused, GpuOneLaunchForEveryBlock) {
   model.initialize(11);
   model.to(Device::cuda(0));
   check_greedy_tokens(model, DType::BF16, DecodeFusion::Gpu, 0.1, 15);
+}
+
+// Past the fused rows (17 to ops::kPartialProductsMaxRows): a GPT block leaves its two output projections as partial
+// sums that the norm after each adds up (ops::decode_partial_products_apply); the logits follow the unfused path's on
+// the CPU and on the GPU in bf16, and RETORT_DECODE_PARTIAL_PRODUCTS=0 turns it off.
+TEST(DecodeFused, PartialProductsPastTheFusedRows) {
+  std::vector<std::vector<int32_t>> prompts;  // 18 rows: past the 16 the fused path takes
+  for (int32_t i = 0; i < 18; ++i) prompts.push_back({1 + i % 7, 2 + i % 5, 3 + (i * 3) % 11});
+  for (const bool bias : {true, false}) {
+    SCOPED_TRACE(bias ? "bias" : "no bias");
+    GptModel model(gpt_config(true, bias));
+    model.initialize(5);
+    const int64_t layers = model.config().n_layer;
+    {
+      const DecodeFusionScope everywhere(DecodeFusion::Everywhere);
+      const auto calls = step_dispatches(model, DType::F32, 18);
+      EXPECT_EQ(count(calls, "linear_partials"), 2 * layers);
+      // LN2 of every block, LN1 of every block after the first, the last update without a norm.
+      EXPECT_EQ(count(calls, "add_partials_norm"), 2 * layers);
+      EXPECT_EQ(count(calls, "add_layer_norm_forward"), 0);
+      EXPECT_EQ(count(calls, "small_m_linear"), 0);
+      EXPECT_EQ(count(step_dispatches(model, DType::F32, 65), "linear_partials"), 0);  // past kPartialProductsMaxRows
+    }
+    check_model(model, DType::F32, DecodeFusion::Everywhere, 1e-5, prompts);
+    check_model(model, DType::BF16, DecodeFusion::Everywhere, 3e-2, prompts);
+    if (cuda_available()) {
+      model.to(Device::cuda(0));
+      check_model(model, DType::BF16, DecodeFusion::Gpu, 3e-2, prompts);
+      model.to(Device::cpu());
+    }
+    setenv("RETORT_DECODE_PARTIAL_PRODUCTS", "0", 1);
+    {
+      const DecodeFusionScope everywhere(DecodeFusion::Everywhere);
+      EXPECT_EQ(count(step_dispatches(model, DType::F32, 18), "linear_partials"), 0);
+    }
+    unsetenv("RETORT_DECODE_PARTIAL_PRODUCTS");
+  }
 }
 
 }  // namespace

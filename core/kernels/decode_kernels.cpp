@@ -222,7 +222,7 @@ void linear_partials(const Tensor& x, const Tensor& weight, Tensor& partials) {
 }
 
 void add_partials_norm(const Tensor& x, const Tensor& partials, const Tensor& bias, const RowNorm& norm, Tensor& sum,
-                       Tensor& y, const CacheWarmup* warm) {
+                       Tensor& y) {
   const char* op = "add_partials_norm";
   same_device({&x, &partials, &bias, &norm.weight, &norm.bias, &sum, &y}, op);
   RETORT_CHECK(x.ndim() == 2 && is_floating(x.dtype()), "{}: x {} must be [M, N], floating", op, x.describe());
@@ -243,17 +243,9 @@ void add_partials_norm(const Tensor& x, const Tensor& partials, const Tensor& bi
                      (!norm.bias.defined() || (norm.kind == RowNormKind::LayerNorm && norm.bias.numel() == N)),
                  "{}: the norm's weight {} / bias should have {} values (a bias for LayerNorm only)", op,
                  norm.weight.defined() ? norm.weight.describe() : std::string("undefined"), N);
-  if (warm != nullptr) {
-    same_device({&x, &warm->keys, &warm->values, &warm->starts}, op);
-    RETORT_CHECK(warm->keys.ndim() == 4 && warm->values.shape() == warm->keys.shape() &&
-                     warm->values.dtype() == warm->keys.dtype() && warm->starts.dtype() == DType::I32 &&
-                     warm->starts.numel() == warm->keys.size(0),
-                 "{}: the cache to warm up {} / {} should be [B, KV, cap, D] with starts i32[B], got starts {}", op,
-                 warm->keys.describe(), warm->values.describe(), warm->starts.describe());
-  }
   profile::Range range(op, x.device());
 #ifdef RETORT_WITH_CUDA
-  if (x.device().is_cuda() && cuda::add_partials_norm(x, partials, bias, norm, sum, y, warm)) return;
+  if (x.device().is_cuda() && cuda::add_partials_norm(x, partials, bias, norm, sum, y)) return;
 #endif
   // The reference: the partials added in order, the bias, one rounding to x's dtype, then the fused add and norm.
   Tensor total = partials.rows(0, 1).view({M, N}).clone();

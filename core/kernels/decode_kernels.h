@@ -78,18 +78,8 @@ void linear_partials(const Tensor& x, const Tensor& weight, Tensor& partials);
 // sum and y like x; norm's weight and bias as for the norm kernels. GPU: one launch for rows of up to 8,192 values in
 // 16-byte packs; otherwise (and on the CPU, the reference) the same through add, add_bias, cast and the fused add and
 // norm kernels.
-// `warm` (optional, the GPU only; a hint that changes no value): the cache the next attention reads, moved toward L2
-// while this launch and the product after it run (CacheWarmup).
-struct CacheWarmup;
 void add_partials_norm(const Tensor& x, const Tensor& partials, const Tensor& bias, const RowNorm& norm, Tensor& sum,
-                       Tensor& y, const CacheWarmup* warm = nullptr);
-
-// The cached keys and values [B, KV, cap, D] an attention will read, positions [0, starts[b]) of row b (i32 [B]): a
-// kernel that runs before it and does not depend on them may start moving them toward L2 (cp.async.bulk.prefetch),
-// so that the attention, which cannot start before the product feeding it ends, finds them there.
-struct CacheWarmup {
-  Tensor keys, values, starts;
-};
+                       Tensor& y);
 
 // out[i, :] = table[ids[i], :] (+ table2[ids2[i], :] when table2 is defined), summed in float32 (float64 for f64) and
 // rounded once to out's dtype. table and table2 [rows, C] share a dtype; ids and ids2 i32 of one numel N; out [N, C].
@@ -178,7 +168,7 @@ bool gpt_decode_layers_shared_fits(int64_t rows, int64_t width);
 bool linear_partials(const Tensor& x, const Tensor& weight, Tensor& partials);
 // The one-launch update; false (nothing written) for rows it does not take (not in 16-byte packs, or wider than 8,192).
 bool add_partials_norm(const Tensor& x, const Tensor& partials, const Tensor& bias, const RowNorm& norm, Tensor& sum,
-                       Tensor& y, const CacheWarmup* warm);
+                       Tensor& y);
 }  // namespace cuda
 #endif
 

@@ -92,17 +92,14 @@ PartialProducts linear_partials(const Tensor& x, const Tensor& weight, const Ten
   return {partials, bias};
 }
 
-ResidualNorm add_partials_norm(const Tensor& x, const PartialProducts& product, const kernels::RowNorm& norm,
-                               const kernels::CacheWarmup* warm) {
-  const char* choice = std::getenv("RETORT_DECODE_CACHE_WARMUP");
-  if (choice != nullptr && std::string_view(choice) == "0") warm = nullptr;
+ResidualNorm add_partials_norm(const Tensor& x, const PartialProducts& product, const kernels::RowNorm& norm) {
   check_inference({&x, &product.partials, &product.bias, &norm.weight, &norm.bias}, "add_partials_norm");
   const int64_t N = x.size(-1), rows = x.numel() / std::max<int64_t>(N, 1);
   ResidualNorm out{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor()};
   if (norm.kind != kernels::RowNormKind::None) out.normed = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor sum_rows = out.sum.view({rows, N});
   Tensor normed_rows = out.normed.defined() ? out.normed.view({rows, N}) : Tensor();
-  kernels::add_partials_norm(x.view({rows, N}), product.partials, product.bias, norm, sum_rows, normed_rows, warm);
+  kernels::add_partials_norm(x.view({rows, N}), product.partials, product.bias, norm, sum_rows, normed_rows);
   return out;
 }
 

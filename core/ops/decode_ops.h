@@ -53,10 +53,7 @@ constexpr int64_t kPartialSlices = 4;
 PartialProducts linear_partials(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // The residual stream x [..., N] plus the product (rounded to x's dtype as a separate product would store it), and
 // `norm` of that sum (kernels::add_partials_norm): {sum, normed}; normed undefined for RowNormKind::None.
-// `warm` (may be null): the cache the next attention reads, moved toward L2 meanwhile (kernels::CacheWarmup; on the GPU
-// unless RETORT_DECODE_CACHE_WARMUP=0, read on every call).
-ResidualNorm add_partials_norm(const Tensor& x, const PartialProducts& product, const kernels::RowNorm& norm,
-                               const kernels::CacheWarmup* warm = nullptr);
+ResidualNorm add_partials_norm(const Tensor& x, const PartialProducts& product, const kernels::RowNorm& norm);
 
 Tensor gpt_decode_layers(const Tensor& x, const std::vector<kernels::GptDecodeLayer>& layers, const Tensor& starts,
                          int n_head, float eps);

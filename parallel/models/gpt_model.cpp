@@ -136,12 +136,9 @@ ResidualStream GptBlock::forward_cached_partials(const ResidualStream& in, gener
   const auto weights = [&](const auto& linear) {
     return std::pair{nn::to_compute(linear->weight(), compute_dtype), nn::to_compute(linear->bias(), compute_dtype)};
   };
-  // LN1 also starts moving this layer's cached keys and values toward L2 while the q|k|v product runs: the attention
-  // cannot start before that product ends.
-  const kernels::CacheWarmup warm{cache.keys(layer), cache.values(layer), starts};
   const ops::ResidualNorm first =
       in.pending_partials.partials.defined()
-          ? ops::add_partials_norm(in.x, in.pending_partials, ln_1_->as_prologue(in.x.dtype()), &warm)
+          ? ops::add_partials_norm(in.x, in.pending_partials, ln_1_->as_prologue(in.x.dtype()))
       : in.pending.defined() ? ln_1_->forward_added(in.x, in.pending)
                              : ops::ResidualNorm{in.x, ln_1_->forward(in.x)};
   const Tensor attn = ops::attention_with_kv_cache(qkv_->forward(first.normed, compute_dtype), cache.keys(layer),

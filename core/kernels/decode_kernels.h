@@ -63,10 +63,10 @@ void small_m_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, 
                     const Tensor& weight2, const Tensor& bias2, const Tensor& residual, LinearEpilogue epilogue,
                     Tensor& out);
 
-// partials [S, M, N] = the S products x[:, slice s] W[:, slice s]^T over consecutive slices of K / S values of K: x [M, K],
+// partials [S, M, N] = the S products x[:, slice s] W[:, slice s]^T over S consecutive slices of K: x [M, K] and
 // weight [N, K] in one floating dtype, partials float32 (float64 for f64), K a multiple of S. GPU: one strided-batched
-// cuBLASLt product (bf16 or f32; float32 compute); its small products run as fast as or faster than one product
-// with a split-K reduction kernel after it (docs/benchmarks.md). CPU: each slice through gemm.
+// cuBLASLt product (bf16 or f32; float32 compute), whose small products ran faster than one product with a split-K
+// reduction kernel after it (docs/benchmarks.md). CPU: each slice through gemm.
 void linear_partials(const Tensor& x, const Tensor& weight, Tensor& partials);
 
 // The update of a residual stream x [M, N] by a product left as partials [S, M, N] (linear_partials) with its bias

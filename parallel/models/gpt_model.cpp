@@ -144,8 +144,8 @@ ResidualStream GptBlock::forward_cached_partials(const ResidualStream& in, gener
   const Tensor attn = ops::attention_with_kv_cache(qkv_->forward(first.normed, compute_dtype), cache.keys(layer),
                                                    cache.values(layer), starts, static_cast<int>(local_heads_));
   const auto [proj_w, proj_b] = weights(attn_proj_);
-  const ops::ResidualNorm second =
-      ops::add_partials_norm(first.sum, ops::linear_partials(attn, proj_w, proj_b), ln_2_->as_prologue(first.sum.dtype()));
+  const ops::ResidualNorm second = ops::add_partials_norm(first.sum, ops::linear_partials(attn, proj_w, proj_b),
+                                                          ln_2_->as_prologue(first.sum.dtype()));
   const Tensor hidden = fc_->forward_gelu(second.normed, compute_dtype);
   const auto [out_w, out_b] = weights(mlp_proj_);
   return {second.sum, Tensor(), ops::linear_partials(hidden, out_w, out_b)};
@@ -341,7 +341,8 @@ Tensor GptModel::cached_layers(Tensor x, const Tensor& positions, const Tensor& 
   for (size_t layer = 0; layer < layers_.size(); ++layer)
     stream = layers_[layer]->forward_cached(stream, positions, inv_freq, cache, static_cast<int64_t>(layer), starts,
                                             compute_dtype);
-  if (stream.pending_partials.partials.defined()) return ops::add_partials_norm(stream.x, stream.pending_partials, {}).sum;
+  if (stream.pending_partials.partials.defined())
+    return ops::add_partials_norm(stream.x, stream.pending_partials, {}).sum;
   return stream.pending.defined() ? ops::add(stream.x, stream.pending) : stream.x;
 }
 

@@ -80,7 +80,7 @@ struct GptConfig {
 // the next norm adds up the same way (ops::add_partials_norm).
 struct ResidualStream {
   Tensor x, pending;
-  ops::PartialProducts pending_partials;
+  ops::PartialProducts pending_partials = {};
 };
 
 class GptBlock : public nn::Module {

@@ -15,8 +15,8 @@
 #include <utility>
 
 #include "core/kernels/backends.h"
-#include "core/kernels/decode_kernels.h"
 #include "core/kernels/cuda/epilogue_notice.h"
+#include "core/kernels/decode_kernels.h"
 
 namespace retort::kernels::cuda {
 namespace detail {

@@ -49,8 +49,8 @@ TEST(LinearPartials, EachSliceMatchesFloat64Math) {
   };
   for (const Device& device : devices())
     for (const DType dtype : dtypes_on(device))
-      for (const Case c : {Case{1, 64, 24, 1}, Case{32, 768, 96, 4}, Case{40, 96, 40, 3}, Case{7, 36, 10, 2},
-                           Case{32, 3072, 64, 4}}) {
+      for (const Case c :
+           {Case{1, 64, 24, 1}, Case{32, 768, 96, 4}, Case{40, 96, 40, 3}, Case{7, 36, 10, 2}, Case{32, 3072, 64, 4}}) {
         SCOPED_TRACE(device.str() + " " + std::string(dtype_name(dtype)) + " M " + std::to_string(c.M) + " K " +
                      std::to_string(c.K) + " N " + std::to_string(c.N) + " S " + std::to_string(c.S));
         const std::vector<double> x = rounded_all(dtype, normal_values(c.M * c.K, 3)),
@@ -95,13 +95,12 @@ std::string describe(const NormCase& c) {
 }
 
 TEST(AddPartialsNorm, MatchesFloat64Math) {
-  const std::vector<NormCase> cases{{32, 768, 4, RowNormKind::LayerNorm, true, false, true},
-                                    {3, 64, 1, RowNormKind::LayerNorm, false, false, false},
-                                    {17, 256, 2, RowNormKind::RmsNorm, false, true, true},
-                                    {5, 768, 4, RowNormKind::None, false, false, true},
-                                    {4, 100, 3, RowNormKind::LayerNorm, true, true, true},   // not in 16-byte packs
-                                    {2, 8200, 2, RowNormKind::LayerNorm, true, false, true}, // wider than one launch
-                                    {64, 8192, 4, RowNormKind::RmsNorm, false, false, false}};
+  const std::vector<NormCase> cases{
+      {32, 768, 4, RowNormKind::LayerNorm, true, false, true}, {3, 64, 1, RowNormKind::LayerNorm, false, false, false},
+      {17, 256, 2, RowNormKind::RmsNorm, false, true, true},   {5, 768, 4, RowNormKind::None, false, false, true},
+      {4, 100, 3, RowNormKind::LayerNorm, true, true, true},    // not in 16-byte packs
+      {2, 8200, 2, RowNormKind::LayerNorm, true, false, true},  // wider than one launch
+      {64, 8192, 4, RowNormKind::RmsNorm, false, false, false}};
   for (const Device& device : devices())
     for (const DType dtype : dtypes_on(device))
       for (const NormCase& c : cases) {
@@ -153,7 +152,9 @@ TEST(AddPartialsNorm, MatchesFloat64Math) {
           ASSERT_LE(std::abs(got_sum[i] - want_sum[i]), ulp * (std::abs(want_sum[i]) + 1.0))
               << "sum element " << i << " " << got_sum[i] << " vs " << want_sum[i];
         if (c.kind != RowNormKind::None)
-          EXPECT_LT(scaled_error(y.to_doubles(), want_y), dtype == DType::BF16 ? 1.5e-2 : dtype == DType::F32 ? 1e-5 : 1e-11);
+          EXPECT_LT(scaled_error(y.to_doubles(), want_y), dtype == DType::BF16  ? 1.5e-2
+                                                          : dtype == DType::F32 ? 1e-5
+                                                                                : 1e-11);
       }
 }
 

@@ -44,7 +44,7 @@ for v in staged1 staged0 fused32 resid; do
   case $v in staged1) e="RETORT_DECODE_ATTENTION_STAGED=1";; staged0) e="RETORT_DECODE_ATTENTION_STAGED=0";; fused32) e="RETORT_DECODE_FUSED_MAX_ROWS=32";; resid) e="RETORT_DECODE_RESIDUAL_PRODUCTS_MAX_ROWS=32";; esac
   env $e LD_LIBRARY_PATH=$b/devlibs:$PWD/gpu/tl CUDA_INJECTION64_PATH=$PWD/gpu/tl/libtimeline.so TIMELINE_CSV=$RES/timeline-$v.csv \
     timeout 120 $b/bench_generate "${tgen[@]}" --label traced-$v > $RES/gen-traced-$v.log 2>&1 || echo "traced $v rc $?"
-  python3 bench/results/2026-11-27-decode-staged/analyze_timeline.py $RES/timeline-$v.csv > $RES/timeline-$v.txt 2>&1
+  python3 bench/results/2026-11-27-decode-probe/analyze_timeline.py $RES/timeline-$v.csv > $RES/timeline-$v.txt 2>&1
   echo "== $v"; head -16 $RES/timeline-$v.txt | cut -c1-130
 done
 gzip -9 $RES/timeline-*.csv

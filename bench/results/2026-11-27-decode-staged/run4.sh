@@ -40,7 +40,7 @@ tgen=(--device cuda --dtype bf16 --prompt 128 --new 128 --repeats 1 --batches 32
 for pp in 1 0; do
   RETORT_DECODE_CACHE_WARMUP=$pp LD_LIBRARY_PATH=$b/devlibs:$PWD/gpu/tl CUDA_INJECTION64_PATH=$PWD/gpu/tl/libtimeline.so TIMELINE_CSV=$RES/timeline-warmup$pp.csv \
     timeout 120 $b/bench_generate "${tgen[@]}" --label traced-warmup$pp > $RES/gen-traced-warmup$pp.log 2>&1 || echo "traced $pp rc $?"
-  python3 bench/results/2026-11-27-decode-staged/analyze_timeline.py $RES/timeline-warmup$pp.csv > $RES/timeline-warmup$pp.txt 2>&1
+  python3 bench/results/2026-11-27-decode-probe/analyze_timeline.py $RES/timeline-warmup$pp.csv > $RES/timeline-warmup$pp.txt 2>&1
   echo "== warmup$pp"; head -16 $RES/timeline-warmup$pp.txt | cut -c1-130
 done
 gzip -9 $RES/timeline-*.csv

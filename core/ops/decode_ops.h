@@ -41,8 +41,6 @@ constexpr int64_t kDecodeLayersDefaultMinRows = 4;
 constexpr int64_t kDecodeLayersDefaultMaxRows = 16;
 bool gpt_decode_layers_applies(const Tensor& x, DType compute_dtype, int64_t n_head);
 
-// x [B, 1, C] or [B, C] through `layers` (kernels::gpt_decode_layers), one new position a row at starts (i32 [B]) of
-// the layers' caches -> the last residual, shaped like x.
 // A product left as float32 partial sums over slices of K, with the bias the norm after it adds (inference only).
 struct PartialProducts {
   Tensor partials;  // f32 [S, rows, N] (f64 for f64)
@@ -55,6 +53,8 @@ PartialProducts linear_partials(const Tensor& x, const Tensor& weight, const Ten
 // `norm` of that sum (kernels::add_partials_norm): {sum, normed}; normed undefined for RowNormKind::None.
 ResidualNorm add_partials_norm(const Tensor& x, const PartialProducts& product, const kernels::RowNorm& norm);
 
+// x [B, 1, C] or [B, C] through `layers` (kernels::gpt_decode_layers), one new position a row at starts (i32 [B]) of
+// the layers' caches -> the last residual, shaped like x.
 Tensor gpt_decode_layers(const Tensor& x, const std::vector<kernels::GptDecodeLayer>& layers, const Tensor& starts,
                          int n_head, float eps);
 

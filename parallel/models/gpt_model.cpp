@@ -112,30 +112,34 @@ ResidualStream GptBlock::forward_cached(const ResidualStream& in, generate::KvCa
   });
 }
 
+namespace {
+
+// A linear layer's weight and bias in the compute dtype, for the decode kernels that take them directly.
+template <typename Linear>
+std::pair<Tensor, Tensor> compute_weights(const Linear& linear, DType compute_dtype) {
+  return {nn::to_compute(linear->weight(), compute_dtype), nn::to_compute(linear->bias(), compute_dtype)};
+}
+
+}  // namespace
+
 ResidualStream GptBlock::forward_cached_fused(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
                                               const Tensor& starts, DType compute_dtype) const {
   using kernels::LinearEpilogue;
-  const auto weights = [&](const auto& linear) {
-    return std::pair{nn::to_compute(linear->weight(), compute_dtype), nn::to_compute(linear->bias(), compute_dtype)};
-  };
   const Tensor x = in.pending.defined() ? ops::add(in.x, in.pending) : in.x;
-  const auto [qkv_w, qkv_b] = weights(qkv_);
+  const auto [qkv_w, qkv_b] = compute_weights(qkv_, compute_dtype);
   const Tensor qkv = ops::small_m_linear(x, ln_1_->as_prologue(x.dtype()), qkv_w, qkv_b);
   const Tensor attn =
       ops::attention_with_kv_cache(qkv, cache.keys(layer), cache.values(layer), starts, static_cast<int>(local_heads_));
-  const auto [proj_w, proj_b] = weights(attn_proj_);
+  const auto [proj_w, proj_b] = compute_weights(attn_proj_, compute_dtype);
   const Tensor mid = ops::small_m_linear(attn, {}, proj_w, proj_b, LinearEpilogue::Residual, x);
-  const auto [fc_w, fc_b] = weights(fc_);
+  const auto [fc_w, fc_b] = compute_weights(fc_, compute_dtype);
   const Tensor hidden = ops::small_m_linear(mid, ln_2_->as_prologue(mid.dtype()), fc_w, fc_b, LinearEpilogue::Gelu);
-  const auto [out_w, out_b] = weights(mlp_proj_);
+  const auto [out_w, out_b] = compute_weights(mlp_proj_, compute_dtype);
   return {ops::small_m_linear(hidden, {}, out_w, out_b, LinearEpilogue::Residual, mid), Tensor()};
 }
 
 ResidualStream GptBlock::forward_cached_partials(const ResidualStream& in, generate::KvCache& cache, int64_t layer,
                                                  const Tensor& starts, DType compute_dtype) const {
-  const auto weights = [&](const auto& linear) {
-    return std::pair{nn::to_compute(linear->weight(), compute_dtype), nn::to_compute(linear->bias(), compute_dtype)};
-  };
   const ops::ResidualNorm first =
       in.pending_partials.partials.defined()
           ? ops::add_partials_norm(in.x, in.pending_partials, ln_1_->as_prologue(in.x.dtype()))
@@ -143,11 +147,11 @@ ResidualStream GptBlock::forward_cached_partials(const ResidualStream& in, gener
                              : ops::ResidualNorm{in.x, ln_1_->forward(in.x)};
   const Tensor attn = ops::attention_with_kv_cache(qkv_->forward(first.normed, compute_dtype), cache.keys(layer),
                                                    cache.values(layer), starts, static_cast<int>(local_heads_));
-  const auto [proj_w, proj_b] = weights(attn_proj_);
+  const auto [proj_w, proj_b] = compute_weights(attn_proj_, compute_dtype);
   const ops::ResidualNorm second = ops::add_partials_norm(first.sum, ops::linear_partials(attn, proj_w, proj_b),
                                                           ln_2_->as_prologue(first.sum.dtype()));
   const Tensor hidden = fc_->forward_gelu(second.normed, compute_dtype);
-  const auto [out_w, out_b] = weights(mlp_proj_);
+  const auto [out_w, out_b] = compute_weights(mlp_proj_, compute_dtype);
   return {second.sum, Tensor(), ops::linear_partials(hidden, out_w, out_b)};
 }
 

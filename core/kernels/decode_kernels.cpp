@@ -25,6 +25,13 @@ void vector_of(const Tensor& t, int64_t n, DType dtype, const char* what, const 
                t.describe(), dtype_name(dtype), n);
 }
 
+// partials: `sums` [S, M, N] with S >= 1 (linear_partials' output, add_partials_norm's input).
+void check_partials(const Tensor& partials, int64_t M, int64_t N, DType sums, const char* op) {
+  RETORT_CHECK(partials.ndim() == 3 && partials.size(0) >= 1 && partials.size(1) == M && partials.size(2) == N &&
+                   partials.dtype() == sums,
+               "{}: partials {} should be {}[S, {}, {}]", op, partials.describe(), dtype_name(sums), M, N);
+}
+
 bool from_environment() {
   const char* value = std::getenv("RETORT_DECODE_PDL");
   if (value == nullptr) return true;
@@ -128,7 +135,7 @@ NormedLinear fold_norm_into_linear(const Tensor& norm_weight, const Tensor& norm
   vector_of(norm_bias, K, norm_weight.dtype(), "the norm's bias", op);
   vector_of(bias, N, dtype, "the bias", op);
   same_device({&norm_weight, &norm_bias, &weight, &bias}, op);
-  const DType sums = dtype == DType::F64 ? DType::F64 : DType::F32;
+  const DType sums = sums_dtype(dtype);
   NormedLinear out{Tensor::empty({N, K}, dtype, weight.device()), Tensor::empty({N}, sums, weight.device()),
                    Tensor::empty({N}, sums, weight.device())};
   RETORT_DISPATCH(weight.device(), fold_norm_into_linear, norm_weight, norm_bias, weight, bias, out);
@@ -164,7 +171,7 @@ void gpt_decode_layers(const Tensor& x, const std::vector<GptDecodeLayer>& layer
                x.describe());
   same_device({&x, &starts, &out}, op);
   const Tensor& first = layers.front().k_cache;
-  const DType sums = dtype == DType::F64 ? DType::F64 : DType::F32;
+  const DType sums = sums_dtype(dtype);
   for (const GptDecodeLayer& l : layers) {
     same_device({&x, &l.qkv.weight, &l.qkv.colsum, &l.qkv.shift, &l.proj_weight, &l.proj_bias, &l.fc.weight,
                  &l.fc.colsum, &l.fc.shift, &l.out_weight, &l.out_bias, &l.k_cache, &l.v_cache},
@@ -202,10 +209,8 @@ void linear_partials(const Tensor& x, const Tensor& weight, Tensor& partials) {
                    is_floating(x.dtype()),
                "{}: x {} must be [M, K] and weight {} [N, K], one floating dtype", op, x.describe(), weight.describe());
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
-  const DType sums = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  RETORT_CHECK(partials.ndim() == 3 && partials.size(0) >= 1 && partials.size(1) == M && partials.size(2) == N &&
-                   partials.dtype() == sums,
-               "{}: partials {} should be {}[S, {}, {}]", op, partials.describe(), dtype_name(sums), M, N);
+  const DType sums = sums_dtype(x.dtype());
+  check_partials(partials, M, N, sums, op);
   const int64_t S = partials.size(0);
   RETORT_CHECK(K % S == 0, "{}: K = {} does not split into {} equal slices", op, K, S);
   profile::Range range(op, x.device());
@@ -227,10 +232,8 @@ void add_partials_norm(const Tensor& x, const Tensor& partials, const Tensor& bi
   same_device({&x, &partials, &bias, &norm.weight, &norm.bias, &sum, &y}, op);
   RETORT_CHECK(x.ndim() == 2 && is_floating(x.dtype()), "{}: x {} must be [M, N], floating", op, x.describe());
   const int64_t M = x.size(0), N = x.size(1);
-  const DType sums = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  RETORT_CHECK(partials.ndim() == 3 && partials.size(0) >= 1 && partials.size(1) == M && partials.size(2) == N &&
-                   partials.dtype() == sums,
-               "{}: partials {} should be {}[S, {}, {}]", op, partials.describe(), dtype_name(sums), M, N);
+  const DType sums = sums_dtype(x.dtype());
+  check_partials(partials, M, N, sums, op);
   vector_of(bias, N, x.dtype(), "bias", op);
   RETORT_CHECK(sum.shape() == x.shape() && sum.dtype() == x.dtype(), "{}: sum {} should be like x {}", op,
                sum.describe(), x.describe());

@@ -42,6 +42,11 @@ enum class LinearEpilogue {
   SwiGlu,    // out = silu(round(v)) * round(v2), v2 from weight2 / bias2 (the Llama MLP's gate and up)
 };
 
+// The dtype the decode kernels sum in, and keep sums in, for values of `dtype`: float64 for f64, else float32.
+inline DType sums_dtype(DType dtype) {
+  return dtype == DType::F64 ? DType::F64 : DType::F32;
+}
+
 // The rows small_m_linear takes; more rows go through the ordinary products. On the GPU, bf16 rows past 4 run on the
 // tensor cores (K a multiple of 32, one launch, rows staged in chunks of K); other rows go to the CUDA-core kernel,
 // which holds its normed rows in shared memory: up to 8 rows a launch, as many as fit kSmallMSharedBytes.

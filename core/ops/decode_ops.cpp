@@ -86,8 +86,7 @@ PartialProducts linear_partials(const Tensor& x, const Tensor& weight, const Ten
   const int64_t K = x.size(-1), rows = x.numel() / std::max<int64_t>(K, 1);
   int64_t slices = kPartialSlices;
   while (slices > 1 && K % (8 * slices) != 0) --slices;
-  const DType sums = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  Tensor partials = Tensor::empty({slices, rows, weight.size(0)}, sums, x.device());
+  Tensor partials = Tensor::empty({slices, rows, weight.size(0)}, kernels::sums_dtype(x.dtype()), x.device());
   kernels::linear_partials(x.view({rows, K}), weight, partials);
   return {partials, bias};
 }

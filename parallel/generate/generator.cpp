@@ -133,6 +133,47 @@ std::vector<GeneratedSequence> generate_tokens(const GptModel& model, const std:
     }
   }
 
+  if (graphed) {
+    // Step s feeds every row its token s (the prefill drew token 0) at position prompt + s and draws token s + 1
+    // with the key of that position. The host launches up to graphed->depth() steps ahead of the tokens it has
+    // read, the later ones fed on the device with the tokens of the step before: a row that finished in a step
+    // not read yet is fed once more (its token s is its last, so position prompt + s is inside the cache) and that
+    // draw is dropped; a row known to be finished is fed at its last token's position (past its length, as the
+    // eager path's padding) and its draws are dropped too.
+    const int64_t depth = graphed->depth();
+    std::vector<int32_t> host_ids, positions(static_cast<size_t>(n));
+    // Whether step s can draw a token that is kept: a row not known to be finished has room for token s + 1.
+    auto step_may_count = [&](int64_t s) {
+      if (s + 1 >= options.max_new_tokens) return false;
+      for (int64_t r = 0; r < n; ++r)
+        if (!finished[r] && prompt_len[r] + s + 1 < config.block_size) return true;
+      return false;
+    };
+    auto launch = [&](int64_t s) {
+      const bool ids_from_host = s == 0 || depth == 1;
+      host_ids.resize(ids_from_host ? static_cast<size_t>(n) : 0);
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t count = static_cast<int64_t>(out[r].tokens.size());
+        positions[r] = static_cast<int32_t>(finished[r] ? prompt_len[r] + count - 1 : prompt_len[r] + s);
+        keys[r] = sequence_row_key(ids[r], prompt_len[r] + s + 1);
+        if (ids_from_host) host_ids[r] = out[r].tokens.back();
+      }
+      graphed->launch(host_ids, positions, keys);
+    };
+    int64_t next_step = 0;
+    while (unfinished > 0) {
+      while (graphed->in_flight() < depth && step_may_count(next_step)) launch(next_step++);
+      RETORT_CHECK(graphed->in_flight() > 0, "generate_tokens: {} sequences unfinished and no step to run", unfinished);
+      const std::vector<int32_t> next = graphed->collect();
+      const Clock::time_point now = Clock::now();
+      for (int64_t r = 0; r < n; ++r)
+        if (!finished[r]) accept(r, next[r], now, decode_start);
+    }
+    graphed->drain();
+    for (auto& seq : out) seq.decode_graph_nodes = graphed->graph_nodes();
+    return out;
+  }
+
   // Decode: every row is fed its last token. A finished row rides along with valid 0: it does not advance (its
   // padding lands past its length, which is below the capacity since a last token is never fed), its token is a
   // real one so its logits stay finite, and its sample is ignored.
@@ -146,21 +187,13 @@ std::vector<GeneratedSequence> generate_tokens(const GptModel& model, const std:
       // The token fed now sits at prompt + count - 1; the one sampled from it at prompt + count.
       keys[r] = sequence_row_key(ids[r], prompt_len[r] + static_cast<int64_t>(seq.tokens.size()));
     }
-    std::vector<int32_t> next;
-    if (graphed) {
-      next = graphed->run(last, keys);
-      cache.advance(valid);
-    } else {
-      const Tensor logits =
-          net.forward_cached(Tensor::from_ints(last, {n, 1}, device), valid, cache, options.compute_dtype);
-      next = sample_next_tokens(logits, options.sampling, keys);
-    }
+    const Tensor logits =
+        net.forward_cached(Tensor::from_ints(last, {n, 1}, device), valid, cache, options.compute_dtype);
+    const std::vector<int32_t> next = sample_next_tokens(logits, options.sampling, keys);
     const Clock::time_point now = Clock::now();
     for (int64_t r = 0; r < n; ++r)
       if (!finished[r]) accept(r, next[r], now, decode_start);
   }
-  if (graphed)
-    for (auto& seq : out) seq.decode_graph_nodes = graphed->graph_nodes();
   return out;
 }
 

@@ -16,7 +16,8 @@ struct GenerationOptions {
   SamplingOptions sampling;
   DType compute_dtype = DType::F32;
   // On a GPU without a tp group, every decode step after the first two replays one CUDA graph of the whole step
-  // (parallel/generate/graphed_decode_step.h): the same tokens, bit for bit, without a host launch per kernel.
+  // (parallel/generate/graphed_decode_step.h): the same tokens, bit for bit, without a host launch per kernel, and
+  // with greedy or plain sampling the next step is launched before the host reads this one's tokens.
   // false (or RETORT_DECODE_GRAPHS=0 in the environment) launches every kernel of every step from the host.
   bool cuda_graphs = true;
   // The model's GptModel::inference_copy(compute_dtype) to run on; null: each call makes its own (one pass over the

@@ -17,6 +17,7 @@
 #ifdef RETORT_WITH_CUDA
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/cuda_graph.h"
+#include "parallel/generate/decode_step_io.h"
 #endif
 
 namespace retort::generate {
@@ -51,6 +52,20 @@ bool decode_graph_applies(const GptModel& model, bool requested) {
 
 #ifdef RETORT_WITH_CUDA
 
+namespace {
+
+// RETORT_DECODE_PIPELINE=0 (or off / false): the host waits for every step before launching the next.
+bool pipelining_allowed_by_environment() {
+  const char* value = std::getenv("RETORT_DECODE_PIPELINE");
+  if (!value) return true;
+  const std::string v(value);
+  return !(v == "0" || v == "off" || v == "false" || v == "OFF" || v == "FALSE");
+}
+
+constexpr int kSlots = 2;  // one per step in flight
+
+}  // namespace
+
 struct GraphedDecodeStep::State {
   const GptModel& model;
   KvCache& cache;
@@ -59,20 +74,28 @@ struct GraphedDecodeStep::State {
   SinglePassSampling pass;
   Device device;
   int64_t batch;
+  int64_t depth = 1;
+  int32_t vocab = 0;
   cudaStream_t stream = nullptr;
+  // Whether the step's first and last kernels move the inputs and winners (the default; they alternate between
+  // the pages' two slots) or copy nodes do (RETORT_DECODE_GRAPH_COPIES=nodes: slot 0 every step, one in flight).
+  bool io_kernels = true;
 
-  // Pinned host staging, filled before each step: [batch] SamplerRowParams, then [batch] ids, then [batch]
-  // positions (i32). The device copy `inputs` has the same layout, in 4-byte words.
-  void* host_in = nullptr;
-  void* host_in_device = nullptr;  // host_in as the device addresses it
-  size_t in_bytes = 0;
-  Tensor inputs, ids, positions;
-  // Pinned results of the sampler pass: [batch] packed winners (u64).
-  void* host_out = nullptr;
+  // Pinned host pages, mapped into the device's address space: kSlots input slots of step_input_words(batch)
+  // words (decode_step_io.h), and kSlots result slots of batch packed winners.
+  uint32_t* host_in = nullptr;
+  void* host_in_device = nullptr;
+  uint64_t* host_out = nullptr;
   void* host_out_device = nullptr;
-  size_t out_bytes = 0;
+  int64_t in_words = 0;
+  // The device copy of a slot; ids and positions are views of it. steps_run: the device's count of the steps it
+  // ran, which picks the slot.
+  Tensor inputs, ids, positions, steps_run;
   Tensor winners, logits;  // device outputs of the step (logits: only for pass None)
   Tensor inv_freq;
+  cudaEvent_t done[kSlots] = {nullptr, nullptr};  // recorded after each slot's latest step
+  std::vector<uint64_t> row_keys[kSlots];         // pass None: the keys its host-side draw needs
+  int64_t launched = 0, collected = 0;
 
   // The step's own tensors during the capture (sized by the eager first step): the graph then has no memory nodes.
   std::unique_ptr<CaptureArena> arena;
@@ -80,60 +103,68 @@ struct GraphedDecodeStep::State {
   cuda::CudaGraph graph;  // declared after the arena: destroyed before it
   int64_t nodes = 0;
   bool capture_failed = false;
-  int64_t steps = 0;
 
   State(const GptModel& m, KvCache& c, DType d, const SamplingOptions& s)
       : model(m), cache(c), dtype(d), sampling(s), pass(single_pass_sampling(s)) {}
 
   ~State() {
-    // The buffers may still be read by queued work; wait for it before handing the graph and the pinned pages back.
+    // The pages may still be read by queued work; wait for it before handing the graph and the pages back.
     if (stream) cudaStreamSynchronize(stream);
+    for (cudaEvent_t e : done)
+      if (e) cudaEventDestroy(e);
     if (host_in) cudaFreeHost(host_in);
     if (host_out) cudaFreeHost(host_out);
   }
 
-  SamplerRowParams* host_params() const { return static_cast<SamplerRowParams*>(host_in); }
-  int32_t* host_ids() const { return reinterpret_cast<int32_t*>(host_params() + batch); }
-  int32_t* host_positions() const { return host_ids() + batch; }
+  int slot_of(int64_t step) const { return io_kernels ? static_cast<int>(step % kSlots) : 0; }
+  uint32_t* slot_in(int slot) const { return host_in + slot * in_words; }
+  SamplerRowParams* slot_params(int slot) const { return reinterpret_cast<SamplerRowParams*>(slot_in(slot)); }
+  int32_t* slot_ids(int slot) const {
+    return reinterpret_cast<int32_t*>(slot_in(slot) + kernels::cuda::step_input_ids_at(batch));
+  }
+  int32_t* slot_positions(int slot) const { return slot_ids(slot) + batch; }
+  uint32_t& slot_ids_from_host(int slot) const { return slot_in(slot)[in_words - 1]; }
 
-  // A copy between a pinned buffer and the device: a kernel reading or writing the host pages through their device
-  // addresses (`mapped`: the graph then holds kernels only, and the host's launch call of it takes half as long,
-  // docs/benchmarks.md), or a copy node (RETORT_DECODE_GRAPH_COPIES=nodes) between `from` and `to`.
-  void copy(const void* mapped_from, void* mapped_to, const void* from, void* to, size_t bytes,
-            cudaMemcpyKind kind) const {
-    if (kernels::cuda::copies_as_kernels())
-      kernels::cuda::enqueue_word_copy(static_cast<const uint32_t*>(mapped_from), static_cast<uint32_t*>(mapped_to),
-                                       static_cast<int64_t>(bytes / 4));
+  void stage_inputs() const {
+    if (io_kernels)
+      kernels::cuda::enqueue_stage_step_inputs(
+          static_cast<const uint32_t*>(host_in_device), static_cast<uint32_t*>(inputs.raw_data()), batch,
+          static_cast<const uint32_t*>(steps_run.raw_data()), winners.data<uint64_t>(), vocab);
     else
-      RETORT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, kind, stream));
+      RETORT_CUDA_CHECK(cudaMemcpyAsync(inputs.raw_data(), host_in, static_cast<size_t>(in_words) * 4,
+                                        cudaMemcpyHostToDevice, stream));
   }
-  void copy_in() const {
-    copy(host_in_device, inputs.raw_data(), host_in, inputs.raw_data(), in_bytes, cudaMemcpyHostToDevice);
-  }
-  void copy_out() const {
-    copy(winners.raw_data(), host_out_device, winners.raw_data(), host_out, out_bytes, cudaMemcpyDeviceToHost);
+  // rows 0 (pass None): only counts the step, so that the slots stay in step with the host's count.
+  void publish_winners(int64_t rows) const {
+    if (io_kernels)
+      kernels::cuda::enqueue_publish_step_winners(winners.data<uint64_t>(), static_cast<uint64_t*>(host_out_device),
+                                                  rows, static_cast<uint32_t*>(steps_run.raw_data()));
+    else if (rows > 0)
+      RETORT_CUDA_CHECK(
+          cudaMemcpyAsync(host_out, winners.raw_data(), static_cast<size_t>(rows) * 8, cudaMemcpyDeviceToHost, stream));
   }
 
   // Everything one step does, enqueued on the compute stream: nothing here waits or touches pageable memory.
   void enqueue() {
-    copy_in();
+    stage_inputs();
     // The step's own tensors (activations, the logits) are allocated and freed inside it: while capturing, from
     // the arena, at addresses the graph keeps.
     const Tensor step_logits = model.decode_step(ids, positions, inv_freq, cache, dtype);
     switch (pass) {
       case SinglePassSampling::Argmax:
         kernels::cuda::enqueue_argmax(step_logits, 0, winners.data<uint64_t>());
-        copy_out();
+        publish_winners(batch);
         break;
       case SinglePassSampling::Gumbel:
         kernels::cuda::enqueue_best_gumbel(step_logits, 0, sampling.temperature, sampling.seed,
                                            static_cast<const SamplerRowParams*>(inputs.raw_data()),
                                            winners.data<uint64_t>());
-        copy_out();
+        publish_winners(batch);
         break;
       case SinglePassSampling::None:
         RETORT_CUDA_CHECK(cudaMemcpyAsync(logits.raw_data(), step_logits.raw_data(), logits.nbytes(),
                                           cudaMemcpyDeviceToDevice, stream));
+        publish_winners(0);
         break;
     }
   }
@@ -158,8 +189,8 @@ struct GraphedDecodeStep::State {
     nodes = graph.nodes();
     spdlog::debug(
         "generation: the decode step of {} sequences is one CUDA graph of {} nodes ({}), {:.1f} MiB of "
-        "activations",
-        batch, nodes, graph.node_kinds(), arena->used() / 1048576.0);
+        "activations, {} step(s) in flight",
+        batch, nodes, graph.node_kinds(), arena->used() / 1048576.0, depth);
   }
 };
 
@@ -173,61 +204,100 @@ GraphedDecodeStep::GraphedDecodeStep(const GptModel& model, KvCache& cache, DTyp
   cuda::DeviceGuard guard(s.device);
   s.stream = cuda::compute_stream(s.device.index);
   s.batch = cache.batch();
+  s.vocab = static_cast<int32_t>(model.config().vocab_size);
+  s.io_kernels = kernels::cuda::copies_as_kernels();
+  s.depth = s.pass != SinglePassSampling::None && s.io_kernels && pipelining_allowed_by_environment() ? 2 : 1;
   const int64_t B = s.batch;
-  static_assert(sizeof(SamplerRowParams) == 16, "four words per row");
-  s.in_bytes = static_cast<size_t>(B) * (sizeof(SamplerRowParams) + 2 * sizeof(int32_t));
-  // Mapped into the device's address space: the step's kernels read the inputs and write the results there.
-  RETORT_CUDA_CHECK(cudaHostAlloc(&s.host_in, s.in_bytes, cudaHostAllocMapped));
+  s.in_words = kernels::cuda::step_input_words(B);
+  const size_t in_bytes = static_cast<size_t>(kSlots * s.in_words) * 4, out_bytes = static_cast<size_t>(kSlots * B) * 8;
+  RETORT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&s.host_in), in_bytes, cudaHostAllocMapped));
   RETORT_CUDA_CHECK(cudaHostGetDevicePointer(&s.host_in_device, s.host_in, 0));
-  std::memset(s.host_in, 0, s.in_bytes);
-  s.inputs = Tensor::zeros({6 * B}, DType::I32, s.device);
-  s.ids = s.inputs.rows(4 * B, B).view({B, 1});
-  s.positions = s.inputs.rows(5 * B, B).view({B, 1});
-  s.out_bytes = static_cast<size_t>(B) * 8;
-  RETORT_CUDA_CHECK(cudaHostAlloc(&s.host_out, s.out_bytes, cudaHostAllocMapped));
+  std::memset(s.host_in, 0, in_bytes);
+  RETORT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&s.host_out), out_bytes, cudaHostAllocMapped));
   RETORT_CUDA_CHECK(cudaHostGetDevicePointer(&s.host_out_device, s.host_out, 0));
-  s.winners = Tensor::empty({2 * B}, DType::I32, s.device);  // B 64-bit words
+  s.inputs = Tensor::zeros({s.in_words}, DType::I32, s.device);
+  const int64_t ids_at = kernels::cuda::step_input_ids_at(B);
+  s.ids = s.inputs.rows(ids_at, B).view({B, 1});
+  s.positions = s.inputs.rows(ids_at + B, B).view({B, 1});
+  s.steps_run = Tensor::zeros({1}, DType::I32, s.device);
+  s.winners = Tensor::zeros({2 * B}, DType::I32, s.device);  // B 64-bit words
   if (s.pass == SinglePassSampling::None) {
     const int64_t local_vocab = model.config().padded_vocab(1);
     s.logits = Tensor::empty({B, local_vocab}, compute_dtype, s.device);
   }
   s.inv_freq = model.rope_frequencies(s.device);
+  for (cudaEvent_t& e : s.done) RETORT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
 
 GraphedDecodeStep::~GraphedDecodeStep() = default;
 
-std::vector<int32_t> GraphedDecodeStep::run(const std::vector<int32_t>& last, const std::vector<uint64_t>& row_keys) {
+int64_t GraphedDecodeStep::depth() const {
+  return state_->depth;
+}
+
+int64_t GraphedDecodeStep::in_flight() const {
+  return state_->launched - state_->collected;
+}
+
+void GraphedDecodeStep::launch(const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
+                               const std::vector<uint64_t>& row_keys) {
   State& s = *state_;
   const int64_t B = s.batch;
-  RETORT_CHECK(static_cast<int64_t>(last.size()) == B && static_cast<int64_t>(row_keys.size()) == B,
-               "GraphedDecodeStep::run: {} tokens and {} row keys for a batch of {}", last.size(), row_keys.size(), B);
+  RETORT_CHECK(static_cast<int64_t>(positions.size()) == B && static_cast<int64_t>(row_keys.size()) == B &&
+                   (ids.empty() || static_cast<int64_t>(ids.size()) == B),
+               "GraphedDecodeStep::launch: {} ids, {} positions and {} row keys for a batch of {}", ids.size(),
+               positions.size(), row_keys.size(), B);
+  RETORT_CHECK(in_flight() < s.depth, "GraphedDecodeStep::launch: {} steps in flight already, at most {}", in_flight(),
+               s.depth);
+  RETORT_CHECK(!ids.empty() || (s.depth > 1 && s.launched > 0),
+               "GraphedDecodeStep::launch: the ids may come from the step before only when steps pipeline and one "
+               "ran");
   cuda::DeviceGuard guard(s.device);
-  // The previous step has been waited for, so no copy is still reading the staging buffer.
+  // The slot's previous step has been collected, so nothing still reads it.
+  const int slot = s.slot_of(s.launched);
   for (int64_t r = 0; r < B; ++r) {
-    const int64_t position = s.cache.length(r);
-    RETORT_INPUT_CHECK(position < s.cache.capacity(),
-                       "sequence {} holds {} positions, all of its KV cache's {}: the context is full", r, position,
-                       s.cache.capacity());
-    s.host_params()[r] = SamplerRowParams{row_keys[static_cast<size_t>(r)], 0u, 0.f};
-    s.host_ids()[r] = last[static_cast<size_t>(r)];
-    s.host_positions()[r] = static_cast<int32_t>(position);
+    const int32_t position = positions[static_cast<size_t>(r)];
+    RETORT_CHECK(position >= 0 && position < s.cache.capacity(),
+                 "GraphedDecodeStep::launch: sequence {} fed at position {}, outside its KV cache of {}", r, position,
+                 s.cache.capacity());
+    s.slot_params(slot)[r] = SamplerRowParams{row_keys[static_cast<size_t>(r)], 0u, 0.f};
+    s.slot_ids(slot)[r] = ids.empty() ? 0 : ids[static_cast<size_t>(r)];
+    s.slot_positions(slot)[r] = position;
   }
+  s.slot_ids_from_host(slot) = ids.empty() ? 0u : 1u;
+  if (s.pass == SinglePassSampling::None) s.row_keys[slot] = row_keys;
   // The first step warms up eagerly; the second is captured (capture only records: the graph then runs it).
-  if (s.steps >= 1 && !s.graph.ready() && !s.capture_failed) s.capture();
+  if (s.launched >= 1 && !s.graph.ready() && !s.capture_failed) s.capture();
   if (s.graph.ready()) {
     s.graph.launch(s.stream);
-  } else if (s.steps == 0) {
+  } else if (s.launched == 0) {
     const AllocationTally tally;  // sizes the capture's arena
     s.enqueue();
     s.step_bytes = tally.bytes();
   } else {
     s.enqueue();
   }
-  ++s.steps;
-  if (s.pass == SinglePassSampling::None) return sample_next_tokens(s.logits, s.sampling, row_keys);
+  RETORT_CUDA_CHECK(cudaEventRecord(s.done[slot], s.stream));
+  ++s.launched;
+}
+
+std::vector<int32_t> GraphedDecodeStep::collect() {
+  State& s = *state_;
+  RETORT_CHECK(in_flight() > 0, "GraphedDecodeStep::collect: no step in flight");
+  cuda::DeviceGuard guard(s.device);
+  const int slot = s.slot_of(s.collected);
+  ++s.collected;
+  if (s.pass == SinglePassSampling::None) return sample_next_tokens(s.logits, s.sampling, s.row_keys[slot]);
+  RETORT_CUDA_CHECK(cudaEventSynchronize(s.done[slot]));
+  const uint64_t* winners = s.host_out + slot * s.batch;
+  return tokens_from_winners(std::vector<uint64_t>(winners, winners + s.batch), s.pass);
+}
+
+void GraphedDecodeStep::drain() {
+  State& s = *state_;
+  cuda::DeviceGuard guard(s.device);
   RETORT_CUDA_CHECK(cudaStreamSynchronize(s.stream));
-  const auto* winners = static_cast<const uint64_t*>(s.host_out);
-  return tokens_from_winners(std::vector<uint64_t>(winners, winners + B), s.pass);
+  s.collected = s.launched;
 }
 
 bool GraphedDecodeStep::graphed() const {
@@ -246,9 +316,18 @@ GraphedDecodeStep::GraphedDecodeStep(const GptModel&, KvCache&, DType, const Sam
   throw Error("GraphedDecodeStep: this retort build has no CUDA backend");
 }
 GraphedDecodeStep::~GraphedDecodeStep() = default;
-std::vector<int32_t> GraphedDecodeStep::run(const std::vector<int32_t>&, const std::vector<uint64_t>&) {
+int64_t GraphedDecodeStep::depth() const {
+  return 1;
+}
+int64_t GraphedDecodeStep::in_flight() const {
+  return 0;
+}
+void GraphedDecodeStep::launch(const std::vector<int32_t>&, const std::vector<int32_t>&, const std::vector<uint64_t>&) {
+}
+std::vector<int32_t> GraphedDecodeStep::collect() {
   return {};
 }
+void GraphedDecodeStep::drain() {}
 bool GraphedDecodeStep::graphed() const {
   return false;
 }

@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "parallel/generate/graphed_decode_step.h"
+#include "parallel/generate/kv_cache.h"
 #include "tests/parallel/comm/test_comm_support.h"
 #include "tests/parallel/generate/generator_test_support.h"
 
@@ -178,6 +180,120 @@ TEST(GeneratorCuda, GraphDecodingOfALargerBatchEqualsDecodingWithoutAGraph) {
     const auto with_graph = generate_tokens(gpu, prompts, options);
     EXPECT_EQ(tokens_of(with_graph), tokens_of(generate_tokens(gpu, prompts, eager)));
     EXPECT_GT(with_graph[0].decode_graph_nodes, 0);
+  }
+}
+
+// With a single-pass sampler the host launches a step before it has read the one before (GraphedDecodeStep): the
+// sequences still stop where decoding without a graph stops them, by on_token (which the host learns one step
+// late), by max_new_tokens and by the full context, with the same tokens, finish reasons and callbacks in the same
+// order, and RETORT_DECODE_PIPELINE=0 (one step in flight) gives the same again.
+TEST(GeneratorCuda, StepsInFlightStopWhereTheEagerStepsStop) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  GptModel gpu(tiny_config());
+  gpu.initialize(11);
+  gpu.to(Device::cuda(0));
+  auto prompts = tiny_prompts();
+  prompts.push_back({63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50});  // two new tokens fill the context
+  prompts.push_back({7, 7});
+  prompts.push_back({1, 2, 3});
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (double temperature : {0.0, 0.9}) {
+      SCOPED_TRACE(fmt::format("{}, temperature {}", dtype_name(dtype), temperature));
+      std::vector<std::pair<int64_t, int32_t>> calls;
+      GenerationOptions options = options_with(temperature, 12);
+      options.sampling.top_k = 0;
+      options.compute_dtype = dtype;
+      // Stops on a token the host cannot foresee: row i at its first token divisible by 5 + i % 3, or at its
+      // (4 + i)-th token.
+      std::vector<int64_t> counts;
+      options.on_token = [&](int64_t sequence, int32_t token) {
+        calls.emplace_back(sequence, token);
+        const int64_t count = ++counts[static_cast<size_t>(sequence)];
+        return token % (5 + sequence % 3) != 0 && count < 4 + sequence;
+      };
+      auto run = [&](bool graphs) {
+        calls.clear();
+        counts.assign(prompts.size(), 0);
+        GenerationOptions o = options;
+        o.cuda_graphs = graphs;
+        auto generated = generate_tokens(gpu, prompts, o);
+        return std::make_pair(std::move(generated), calls);
+      };
+      const auto [eager, eager_calls] = run(false);
+      const auto [in_flight, in_flight_calls] = run(true);
+      setenv("RETORT_DECODE_PIPELINE", "0", 1);
+      const auto [one_at_a_time, one_at_a_time_calls] = run(true);
+      unsetenv("RETORT_DECODE_PIPELINE");
+      EXPECT_EQ(tokens_of(in_flight), tokens_of(eager));
+      EXPECT_EQ(tokens_of(one_at_a_time), tokens_of(eager));
+      EXPECT_EQ(in_flight_calls, eager_calls);
+      EXPECT_EQ(one_at_a_time_calls, eager_calls);
+      int stopped = 0, full = 0;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(in_flight[i].finish, eager[i].finish) << i;
+        EXPECT_EQ(one_at_a_time[i].finish, eager[i].finish) << i;
+        stopped += eager[i].finish == generate::FinishReason::Stopped;
+        full += eager[i].finish == generate::FinishReason::ContextFull;
+      }
+      EXPECT_GE(stopped, 3) << "too few sequences stopped by on_token to test it";
+      EXPECT_GE(full, 1) << "no sequence filled its context";
+      EXPECT_GT(in_flight[0].decode_graph_nodes, 0);
+    }
+  }
+}
+
+// GraphedDecodeStep itself: two steps in flight, the second fed on the device with the tokens the first drew,
+// give every step the tokens that feeding each step from the host gives; at most depth() steps wait, and only a
+// step after the first may take its ids from the device.
+TEST(GeneratorCuda, AStepFedOnTheDeviceEqualsAStepFedByTheHost) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  NoGradGuard no_grad;
+  GptModel gpu(tiny_config());
+  gpu.initialize(5);
+  gpu.to(Device::cuda(0));
+  const int64_t B = 3, steps = 8;
+  const std::vector<int32_t> first{4, 40, 63};
+  for (double temperature : {0.0, 0.9}) {
+    SCOPED_TRACE(fmt::format("temperature {}", temperature));
+    generate::SamplingOptions sampling;
+    sampling.temperature = temperature;
+    sampling.seed = 9;
+    auto positions_at = [&](int64_t s) { return std::vector<int32_t>(B, static_cast<int32_t>(s)); };
+    auto keys_at = [&](int64_t s) {
+      std::vector<uint64_t> keys;
+      for (int64_t r = 0; r < B; ++r) keys.push_back(generate::sequence_row_key(static_cast<uint64_t>(r), s + 1));
+      return keys;
+    };
+    // From the host: each step is fed the tokens collected from the one before.
+    std::vector<std::vector<int32_t>> by_host;
+    {
+      generate::KvCache cache(gpu, B, steps, DType::F32, Device::cuda(0));
+      generate::GraphedDecodeStep step(gpu, cache, DType::F32, sampling);
+      std::vector<int32_t> ids = first;
+      for (int64_t s = 0; s < steps; ++s) {
+        step.launch(ids, positions_at(s), keys_at(s));
+        ids = step.collect();
+        by_host.push_back(ids);
+      }
+      EXPECT_TRUE(step.graphed());
+    }
+    // On the device: two in flight, the host reading each step's tokens after the next one is launched.
+    generate::KvCache cache(gpu, B, steps, DType::F32, Device::cuda(0));
+    generate::GraphedDecodeStep step(gpu, cache, DType::F32, sampling);
+    ASSERT_EQ(step.depth(), 2);
+    EXPECT_THROW(step.launch({}, positions_at(0), keys_at(0)), Error);
+    std::vector<std::vector<int32_t>> on_device;
+    step.launch(first, positions_at(0), keys_at(0));
+    for (int64_t s = 1; s < steps; ++s) {
+      step.launch({}, positions_at(s), keys_at(s));
+      EXPECT_EQ(step.in_flight(), 2);
+      EXPECT_THROW(step.launch({}, positions_at(s + 1), keys_at(s + 1)), Error);
+      on_device.push_back(step.collect());
+    }
+    on_device.push_back(step.collect());
+    EXPECT_EQ(step.in_flight(), 0);
+    EXPECT_TRUE(step.graphed());
+    EXPECT_EQ(on_device, by_host);
   }
 }
 

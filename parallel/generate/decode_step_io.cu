@@ -17,7 +17,7 @@ namespace sm = ::retort::generate::sampling;
 constexpr int kThreads = 256;
 
 __global__ void stage_step_inputs_kernel(const uint32_t* slots, uint32_t* inputs, int64_t words, int64_t ids_at,
-                                         int64_t rows, const uint32_t* steps_run, const uint64_t* previous_winners,
+                                         int64_t rows, const uint32_t* steps_run, uint64_t* previous_winners,
                                          int32_t vocab) {
   const uint32_t* slot = slots + static_cast<int64_t>(*steps_run & 1u) * words;
   const bool ids_from_host = slot[words - 1] != 0;
@@ -29,6 +29,8 @@ __global__ void stage_step_inputs_kernel(const uint32_t* slots, uint32_t* inputs
     }
     inputs[i] = word;
   }
+  __syncthreads();  // every id has been read before the winners are cleared
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) previous_winners[r] = 0;
 }
 
 __global__ void publish_step_winners_kernel(const uint64_t* winners, uint64_t* slots, int64_t rows,
@@ -45,7 +47,7 @@ __global__ void publish_step_winners_kernel(const uint64_t* winners, uint64_t* s
 static_assert(sizeof(SamplerRowParams) == 16, "four words a row");
 
 void enqueue_stage_step_inputs(const uint32_t* slots, uint32_t* inputs, int64_t rows, const uint32_t* steps_run,
-                               const uint64_t* previous_winners, int32_t vocab) {
+                               uint64_t* previous_winners, int32_t vocab) {
   stage_step_inputs_kernel<<<1, kThreads, 0, rc::current_stream()>>>(
       slots, inputs, step_input_words(rows), step_input_ids_at(rows), rows, steps_run, previous_winners, vocab);
   RETORT_CUDA_CHECK_LAUNCH();

@@ -21,11 +21,12 @@ inline constexpr int64_t step_input_ids_at(int64_t rows) {
 }
 
 // inputs[0, words) = slot (*steps_run % 2) of `slots` (2 x words words, mapped host pages), the ids taken from
-// previous_winners[rows] when the slot says so. An id outside [0, vocab) (a winner of a row that had no
-// candidate: its NaN logits are reported to the host when it reads that step) becomes 0, so the step never reads
-// outside the embedding.
+// previous_winners[rows] when the slot says so; then previous_winners = 0, ready for this step's sampler pass
+// (enqueue_argmax and enqueue_best_gumbel with best_zeroed). An id outside [0, vocab) (a winner of a row that had
+// no candidate: its NaN logits are reported to the host when it reads that step) becomes 0, so the step never
+// reads outside the embedding.
 void enqueue_stage_step_inputs(const uint32_t* slots, uint32_t* inputs, int64_t rows, const uint32_t* steps_run,
-                               const uint64_t* previous_winners, int32_t vocab);
+                               uint64_t* previous_winners, int32_t vocab);
 
 // Slot (*steps_run % 2) of `slots` (2 x rows words of 64 bits, mapped host pages) = winners[rows]; then counts the
 // step as run.

@@ -78,7 +78,8 @@ struct GraphedDecodeStep::State {
   int32_t vocab = 0;
   cudaStream_t stream = nullptr;
   // Whether the step's first and last kernels move the inputs and winners (the default; they alternate between
-  // the pages' two slots) or copy nodes do (RETORT_DECODE_GRAPH_COPIES=nodes: slot 0 every step, one in flight).
+  // the pages' two slots, and the first also clears the winners for the sampler pass) or copy nodes do
+  // (RETORT_DECODE_GRAPH_COPIES=nodes: slot 0 every step, one in flight, the sampler clearing its own winners).
   bool io_kernels = true;
 
   // Pinned host pages, mapped into the device's address space: kSlots input slots of step_input_words(batch)
@@ -152,13 +153,13 @@ struct GraphedDecodeStep::State {
     const Tensor step_logits = model.decode_step(ids, positions, inv_freq, cache, dtype);
     switch (pass) {
       case SinglePassSampling::Argmax:
-        kernels::cuda::enqueue_argmax(step_logits, 0, winners.data<uint64_t>());
+        kernels::cuda::enqueue_argmax(step_logits, 0, winners.data<uint64_t>(), io_kernels);
         publish_winners(batch);
         break;
       case SinglePassSampling::Gumbel:
         kernels::cuda::enqueue_best_gumbel(step_logits, 0, sampling.temperature, sampling.seed,
                                            static_cast<const SamplerRowParams*>(inputs.raw_data()),
-                                           winners.data<uint64_t>());
+                                           winners.data<uint64_t>(), io_kernels);
         publish_winners(batch);
         break;
       case SinglePassSampling::None:

@@ -233,12 +233,12 @@ std::vector<uint64_t> nucleus_histogram(const Tensor& logits, double temperature
 }
 
 void enqueue_best_gumbel(const Tensor& logits, int64_t index_base, double temperature, uint64_t seed,
-                         const SamplerRowParams* params, uint64_t* best) {
+                         const SamplerRowParams* params, uint64_t* best, bool best_zeroed) {
   rc::DeviceGuard guard(device_of(logits, "sampler"));
   const int64_t rows = logits.size(0);
   if (rows == 0) return;
   const cudaStream_t stream = rc::current_stream();
-  zero_rows(best, rows, stream);
+  if (!best_zeroed) zero_rows(best, rows, stream);
   const int64_t blocks_per_row = blocks_per_row_of(logits);
   dispatch_float(logits.dtype(), "sampler", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -248,12 +248,12 @@ void enqueue_best_gumbel(const Tensor& logits, int64_t index_base, double temper
   RETORT_CUDA_CHECK_LAUNCH();
 }
 
-void enqueue_argmax(const Tensor& logits, int64_t index_base, uint64_t* best) {
+void enqueue_argmax(const Tensor& logits, int64_t index_base, uint64_t* best, bool best_zeroed) {
   rc::DeviceGuard guard(device_of(logits, "sampler"));
   const int64_t rows = logits.size(0);
   if (rows == 0) return;
   const cudaStream_t stream = rc::current_stream();
-  zero_rows(best, rows, stream);
+  if (!best_zeroed) zero_rows(best, rows, stream);
   const int64_t blocks_per_row = blocks_per_row_of(logits);
   dispatch_float(logits.dtype(), "sampler", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -40,15 +40,16 @@ namespace cuda {
 RETORT_SAMPLER_KERNELS
 
 // The Gumbel pass of best_gumbel_candidates with its per-row parameters already on the device (params [rows]) and
-// its result left there (best: rows 64-bit words, zeroed here first): it only enqueues work on the compute stream,
-// no host copy and no wait, so a CUDA graph can capture it and each replay reads the row keys written before it.
+// its result left there (best: rows 64-bit words, zeroed here first unless best_zeroed says the caller did: a
+// graphed decode step's first kernel does, decode_step_io.h): it only enqueues work on the compute stream, no host
+// copy and no wait, so a CUDA graph can capture it and each replay reads the row keys written before it.
 void enqueue_best_gumbel(const Tensor& logits, int64_t index_base, double temperature, uint64_t seed,
-                         const SamplerRowParams* params, uint64_t* best);
+                         const SamplerRowParams* params, uint64_t* best, bool best_zeroed = false);
 // Greedy decoding's pass, enqueued the same way: best[r] = the max over the row's columns j of
 // sampling::pack_candidate(order_key(logits[r, j]), index_base + j), i.e. the row's largest logit (NaN above
 // everything, -0 = +0) and the smallest id holding it, packed: what kernels::topk with k = 1 finds, spread over
 // many blocks per row instead of one.
-void enqueue_argmax(const Tensor& logits, int64_t index_base, uint64_t* best);
+void enqueue_argmax(const Tensor& logits, int64_t index_base, uint64_t* best, bool best_zeroed = false);
 // dst[i] = src[i] for `words` 4-byte words (src null: zeros), by a kernel on the compute stream. Either side may be
 // pinned host memory mapped into the device's address space: a decode step's graph then moves its inputs and
 // results without copy or memset nodes, and the host's launch call of that graph of kernels only takes half as long

@@ -89,28 +89,28 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
     prefetch_pair_l2(keys, values, cached * kHead * static_cast<int64_t>(sizeof(bf16)));
   }
   wait_for_prerequisites();
-  const int start = a.starts[b];
+  // Everything the block loads before its first product is issued here at once, so that the row's start (an L2
+  // round trip) is not waited for before the loads that do not need it: the start itself, the query rows, the new
+  // keys and values (appended below), and this warp's first tile as if all of its positions were cached (they are
+  // below the start, in rows earlier steps wrote, unless the row is among its first positions: then the tile is
+  // loaded again once the start is known).
+  const int start_loaded = a.starts[b];
 
-  // The append (positions past the cache are dropped). This block alone reads these rows, and it reads them from
-  // the new k and v (row_of below), so nothing waits for the stores.
   constexpr int kRowPieces = kHead / 8;
+  constexpr int kAppendPieces = (16 * kRowPieces + kWarps * 32 - 1) / (kWarps * 32);  // a thread's, Tn <= 16
   const int64_t new_offset = static_cast<int64_t>(b) * tn * a.kv_stride + static_cast<int64_t>(kv) * kHead;
-  for (int i = threadIdx.x; i < tn * kRowPieces; i += blockDim.x) {
-    const int t = i / kRowPieces, piece = i - t * kRowPieces, pos = start + t;
-    if (pos >= cap) continue;
+  uint4 new_keys[kAppendPieces], new_values[kAppendPieces];
+#pragma unroll
+  for (int n = 0; n < kAppendPieces; ++n) {
+    const int i = threadIdx.x + n * kWarps * 32;
+    if (i >= tn * kRowPieces) continue;
+    const int t = i / kRowPieces, piece = i - t * kRowPieces;
     const int64_t src = new_offset + t * a.kv_stride + piece * 8;
-    const int64_t dst = static_cast<int64_t>(pos) * kHead + piece * 8;
-    *reinterpret_cast<uint4*>(keys + dst) = *reinterpret_cast<const uint4*>(a.k_new + src);
-    *reinterpret_cast<uint4*>(values + dst) = *reinterpret_cast<const uint4*>(a.v_new + src);
+    new_keys[n] = *reinterpret_cast<const uint4*>(a.k_new + src);
+    new_values[n] = *reinterpret_cast<const uint4*>(a.v_new + src);
   }
-  // Position j's key (or value) row: the cache below start, the new rows from start on.
-  const auto row_of = [&](const bf16* cache, const bf16* fresh, int j) {
-    return j < start ? cache + static_cast<int64_t>(j) * kHead : fresh + new_offset + (j - start) * a.kv_stride;
-  };
 
   // Query row r is new position r / group of query head kv * group + r % group; rows past `rows` are zero.
-  const int seen_all = min(start + tn, cap);  // keys the last new position sees
-  const auto seen_of = [&](int r) { return r < rows ? min(start + r / group + 1, cap) : seen_all; };
   const auto load_query = [&](int r, uint4(&q)[kPairs]) {
     const int t = r / group, head = kv * group + (r - t * group);
     const bf16* src = a.q + (static_cast<int64_t>(b) * tn + t) * a.q_stride + static_cast<int64_t>(head) * kHead;
@@ -125,26 +125,51 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) q_hi[p] = make_uint4(0, 0, 0, 0);
   }
-  const int seen_lo = seen_of(g), seen_hi = seen_of(g + 8);
 
-  const auto load_keys = [&](int tile, uint4(&k)[2][kPairs]) {
+  // Position j's key (or value) row: the cache below `start`, the new rows from `start` on. Positions at or past
+  // `seen` load as zeros.
+  const auto row_of = [&](const bf16* cache, const bf16* fresh, int j, int start) {
+    return j < start ? cache + static_cast<int64_t>(j) * kHead : fresh + new_offset + (j - start) * a.kv_stride;
+  };
+  const auto load_keys = [&](int tile, uint4(&k)[2][kPairs], int start, int seen) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int j = tile * kTileKeys + half * 8 + g;
-      const bf16* row = row_of(keys, a.k_new, j < seen_all ? j : 0);
+      const bf16* row = row_of(keys, a.k_new, j < seen ? j : 0, start);
 #pragma unroll
-      for (int p = 0; p < kPairs; ++p) k[half][p] = load16(row + 32 * p + 8 * c, j < seen_all);
+      for (int p = 0; p < kPairs; ++p) k[half][p] = load16(row + 32 * p + 8 * c, j < seen);
     }
   };
-  const auto load_values = [&](int tile, uint4(&v)[4][kValuePieces]) {
+  const auto load_values = [&](int tile, uint4(&v)[4][kValuePieces], int start, int seen) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int j = tile * kTileKeys + 2 * c + (i & 1) + (i >> 1) * 8;
-      const bf16* row = row_of(values, a.v_new, j < seen_all ? j : 0);
+      const bf16* row = row_of(values, a.v_new, j < seen ? j : 0, start);
 #pragma unroll
-      for (int p = 0; p < kValuePieces; ++p) v[i][p] = load16(row + g * (kHead / 8) + 8 * p, j < seen_all);
+      for (int p = 0; p < kValuePieces; ++p) v[i][p] = load16(row + g * (kHead / 8) + 8 * p, j < seen);
     }
   };
+  uint4 k_cur[2][kPairs], k_next[2][kPairs], v_cur[4][kValuePieces], v_next[4][kValuePieces];
+  const int first_end = (warp + 1) * kTileKeys;  // one past this warp's first tile
+  if (kPrefetch && first_end <= cap) load_keys(warp, k_cur, cap, cap), load_values(warp, v_cur, cap, cap);
+
+  const int start = start_loaded;
+  // The append (positions past the cache are dropped). This block alone reads these rows, and it reads them from
+  // the new k and v (row_of), so nothing waits for the stores.
+#pragma unroll
+  for (int n = 0; n < kAppendPieces; ++n) {
+    const int i = threadIdx.x + n * kWarps * 32;
+    if (i >= tn * kRowPieces) continue;
+    const int t = i / kRowPieces, piece = i - t * kRowPieces, pos = start + t;
+    if (pos >= cap) continue;
+    const int64_t dst = static_cast<int64_t>(pos) * kHead + piece * 8;
+    *reinterpret_cast<uint4*>(keys + dst) = new_keys[n];
+    *reinterpret_cast<uint4*>(values + dst) = new_values[n];
+  }
+
+  const int seen_all = min(start + tn, cap);  // keys the last new position sees
+  const auto seen_of = [&](int r) { return r < rows ? min(start + r / group + 1, cap) : seen_all; };
+  const int seen_lo = seen_of(g), seen_hi = seen_of(g + 8);
 
   float o[kOut][4];
 #pragma unroll
@@ -154,15 +179,18 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
   // A warp's tiles are warp, warp + kWarps, ...; at head size 64 the next tile's keys and values load while this
   // one is multiplied.
   const int tiles = (seen_all + kTileKeys - 1) / kTileKeys;
-  uint4 k_cur[2][kPairs], k_next[2][kPairs], v_cur[4][kValuePieces], v_next[4][kValuePieces];
-  if (kPrefetch && warp < tiles) load_keys(warp, k_cur), load_values(warp, v_cur);
+  // The first tile loaded above holds cached rows only when it ends at or before the start (and so before
+  // seen_all: nothing in it is masked); otherwise it is loaded again.
+  if (kPrefetch && warp < tiles && !(first_end <= start && first_end <= cap))
+    load_keys(warp, k_cur, start, seen_all), load_values(warp, v_cur, start, seen_all);
   for (int tile = warp; tile < tiles; tile += kWarps) {
     const int j0 = tile * kTileKeys;
     if constexpr (kPrefetch) {
-      if (tile + kWarps < tiles) load_keys(tile + kWarps, k_next), load_values(tile + kWarps, v_next);
+      if (tile + kWarps < tiles)
+        load_keys(tile + kWarps, k_next, start, seen_all), load_values(tile + kWarps, v_next, start, seen_all);
     } else {
-      load_keys(tile, k_cur);
-      load_values(tile, v_cur);
+      load_keys(tile, k_cur, start, seen_all);
+      load_values(tile, v_cur, start, seen_all);
     }
 
     // S for the tile's two halves of 8 keys.

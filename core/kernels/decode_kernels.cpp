@@ -3,14 +3,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <initializer_list>
-#include <string_view>
+#include <string>
 
 #include "core/kernels/dispatch.h"
 #include "core/kernels/kernels.h"
 #include "core/profile/op_profiler.h"
 #include "core/tensor/slicing.h"
+#include "core/util/environment_switch.h"
 #include "core/util/error.h"
 
 namespace retort::kernels {
@@ -32,15 +32,8 @@ void check_partials(const Tensor& partials, int64_t M, int64_t N, DType sums, co
                "{}: partials {} should be {}[S, {}, {}]", op, partials.describe(), dtype_name(sums), M, N);
 }
 
-bool from_environment() {
-  const char* value = std::getenv("RETORT_DECODE_PDL");
-  if (value == nullptr) return true;
-  const std::string_view v(value);
-  return !(v == "0" || v == "off" || v == "false");
-}
-
 std::atomic<bool>& dependent_launch_state() {
-  static std::atomic<bool> enabled{from_environment()};
+  static std::atomic<bool> enabled{!switched_off_in_environment("RETORT_DECODE_PDL")};
   return enabled;
 }
 

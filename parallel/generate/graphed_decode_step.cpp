@@ -2,13 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/tensor/capture_arena.h"
+#include "core/util/environment_switch.h"
 #include "core/util/error.h"
 #include "parallel/generate/kv_cache.h"
 #include "parallel/generate/sampler_kernels.h"
@@ -24,22 +24,11 @@ namespace retort::generate {
 
 using kernels::SamplerRowParams;
 
-namespace {
-
-// RETORT_DECODE_GRAPHS=0 (or off / false) turns graph decoding off for the whole process: the same binary then
-// measures decoding with and without graphs.
-bool graphs_allowed_by_environment() {
-  const char* value = std::getenv("RETORT_DECODE_GRAPHS");
-  if (!value) return true;
-  const std::string v(value);
-  return !(v == "0" || v == "off" || v == "false" || v == "OFF" || v == "FALSE");
-}
-
-}  // namespace
-
 bool decode_graph_applies(const GptModel& model, bool requested) {
 #ifdef RETORT_WITH_CUDA
-  if (!requested || !graphs_allowed_by_environment()) return false;
+  // RETORT_DECODE_GRAPHS=0 turns graph decoding off for the whole process: the same binary then measures decoding
+  // with and without graphs.
+  if (!requested || switched_off_in_environment("RETORT_DECODE_GRAPHS")) return false;
   if (model.tp_group()) return false;
   const auto params = model.named_parameters();
   return !params.empty() && params.front().second.device().is_cuda();
@@ -53,14 +42,6 @@ bool decode_graph_applies(const GptModel& model, bool requested) {
 #ifdef RETORT_WITH_CUDA
 
 namespace {
-
-// RETORT_DECODE_PIPELINE=0 (or off / false): the host waits for every step before launching the next.
-bool pipelining_allowed_by_environment() {
-  const char* value = std::getenv("RETORT_DECODE_PIPELINE");
-  if (!value) return true;
-  const std::string v(value);
-  return !(v == "0" || v == "off" || v == "false" || v == "OFF" || v == "FALSE");
-}
 
 constexpr int kSlots = 2;  // one per step in flight
 
@@ -207,7 +188,9 @@ GraphedDecodeStep::GraphedDecodeStep(const GptModel& model, KvCache& cache, DTyp
   s.batch = cache.batch();
   s.vocab = static_cast<int32_t>(model.config().vocab_size);
   s.io_kernels = kernels::cuda::copies_as_kernels();
-  s.depth = s.pass != SinglePassSampling::None && s.io_kernels && pipelining_allowed_by_environment() ? 2 : 1;
+  // RETORT_DECODE_PIPELINE=0: the host waits for every step before launching the next.
+  const bool pipelined = !switched_off_in_environment("RETORT_DECODE_PIPELINE");
+  s.depth = s.pass != SinglePassSampling::None && s.io_kernels && pipelined ? 2 : 1;
   const int64_t B = s.batch;
   s.in_words = kernels::cuda::step_input_words(B);
   const size_t in_bytes = static_cast<size_t>(kSlots * s.in_words) * 4, out_bytes = static_cast<size_t>(kSlots * B) * 8;

@@ -16,6 +16,7 @@ namespace {
 using namespace detail;
 
 constexpr int kMaxThreads = 1024;
+constexpr int kHeldSlices = 4;  // the partial-sum slices a thread loads at once (ops::kPartialSlices)
 enum NormChoice { kNoNorm = 0, kLayerNorm = 1, kRmsNorm = 2 };
 
 template <typename T, typename W, int kNorm>
@@ -32,16 +33,27 @@ __global__ void add_partials_norm_kernel(const T* x, const float* partials, int6
       load8(norm_weight + 8 * p, w);
       if (kNorm == kLayerNorm && norm_bias) load8(norm_bias + 8 * p, b);
     }
-    float more[8], residual[8];
-    load8(x + at, residual);
-    load8(partials + at, v);
-    for (int64_t s = 1; s < slices; ++s) {
-      load8(partials + s * plane + at, more);
+    // Every load is issued before the first sum: the slices are read at once, not one L2 round trip after another
+    // (a loop over a run-time count of slices waited for each; the sums keep their order, slice 0 first).
+    float parts[kHeldSlices][8], residual[8], more[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] += more[i];
+    for (int s = 0; s < kHeldSlices; ++s)
+      if (s < slices) load8(partials + s * plane + at, parts[s]);
+    load8(x + at, residual);
+    if (bias) load8(bias + 8 * p, more);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = parts[0][i];
+#pragma unroll
+    for (int s = 1; s < kHeldSlices; ++s)
+      if (s < slices)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] += parts[s][i];
+    for (int64_t s = kHeldSlices; s < slices; ++s) {
+      load8(partials + s * plane + at, parts[0]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] += parts[0][i];
     }
     if (bias) {
-      load8(bias + 8 * p, more);
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] += more[i];
     }

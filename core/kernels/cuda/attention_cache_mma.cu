@@ -91,8 +91,8 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
   wait_for_prerequisites();
   // Everything the block loads before its first product is issued here at once, so that the row's start (an L2
   // round trip) is not waited for before the loads that do not need it: the start itself, the query rows, the new
-  // keys and values (appended below), and this warp's first tile as if all of its positions were cached (they are
-  // below the start, in rows earlier steps wrote, unless the row is among its first positions: then the tile is
+  // keys and values (appended below), and this warp's first two tiles as if all of their positions were cached (they
+  // are below the start, in rows earlier steps wrote, unless the row is among its first positions: then a tile is
   // loaded again once the start is known).
   const int start_loaded = a.starts[b];
 
@@ -150,8 +150,11 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
     }
   };
   uint4 k_cur[2][kPairs], k_next[2][kPairs], v_cur[4][kValuePieces], v_next[4][kValuePieces];
-  const int first_end = (warp + 1) * kTileKeys;  // one past this warp's first tile
+  // One past the ends of this warp's first two tiles; the second is read ahead the same way.
+  const int first_end = (warp + 1) * kTileKeys, second_end = (warp + kWarps + 1) * kTileKeys;
   if (kPrefetch && first_end <= cap) load_keys(warp, k_cur, cap, cap), load_values(warp, v_cur, cap, cap);
+  if (kPrefetch && second_end <= cap)
+    load_keys(warp + kWarps, k_next, cap, cap), load_values(warp + kWarps, v_next, cap, cap);
 
   const int start = start_loaded;
   // The append (positions past the cache are dropped). This block alone reads these rows, and it reads them from
@@ -179,14 +182,15 @@ __global__ void __launch_bounds__(kWarps * 32) cache_decode_kernel(CacheDecodeAr
   // A warp's tiles are warp, warp + kWarps, ...; at head size 64 the next tile's keys and values load while this
   // one is multiplied.
   const int tiles = (seen_all + kTileKeys - 1) / kTileKeys;
-  // The first tile loaded above holds cached rows only when it ends at or before the start (and so before
-  // seen_all: nothing in it is masked); otherwise it is loaded again.
+  // A tile loaded above holds cached rows only when it ends at or before the start (and so before seen_all:
+  // nothing in it is masked); otherwise it is loaded again.
+  const bool second_read = kPrefetch && second_end <= start && second_end <= cap;
   if (kPrefetch && warp < tiles && !(first_end <= start && first_end <= cap))
     load_keys(warp, k_cur, start, seen_all), load_values(warp, v_cur, start, seen_all);
   for (int tile = warp; tile < tiles; tile += kWarps) {
     const int j0 = tile * kTileKeys;
     if constexpr (kPrefetch) {
-      if (tile + kWarps < tiles)
+      if (tile + kWarps < tiles && !(tile == warp && second_read))
         load_keys(tile + kWarps, k_next, start, seen_all), load_values(tile + kWarps, v_next, start, seen_all);
     } else {
       load_keys(tile, k_cur, start, seen_all);

@@ -96,11 +96,14 @@ std::string describe(const NormCase& c) {
 
 TEST(AddPartialsNorm, MatchesFloat64Math) {
   const std::vector<NormCase> cases{
-      {32, 768, 4, RowNormKind::LayerNorm, true, false, true}, {3, 64, 1, RowNormKind::LayerNorm, false, false, false},
-      {17, 256, 2, RowNormKind::RmsNorm, false, true, true},   {5, 768, 4, RowNormKind::None, false, false, true},
+      {32, 768, 4, RowNormKind::LayerNorm, true, false, true},
+      {3, 64, 1, RowNormKind::LayerNorm, false, false, false},
+      {17, 256, 2, RowNormKind::RmsNorm, false, true, true},
+      {5, 768, 4, RowNormKind::None, false, false, true},
       {4, 100, 3, RowNormKind::LayerNorm, true, true, true},    // not in 16-byte packs
       {2, 8200, 2, RowNormKind::LayerNorm, true, false, true},  // wider than one launch
-      {64, 8192, 4, RowNormKind::RmsNorm, false, false, false}};
+      {64, 8192, 4, RowNormKind::RmsNorm, false, false, false},
+      {9, 512, 6, RowNormKind::LayerNorm, true, false, true}};  // more slices than a thread loads at once
   for (const Device& device : devices())
     for (const DType dtype : dtypes_on(device))
       for (const NormCase& c : cases) {

@@ -16,10 +16,13 @@ namespace {
 using namespace detail;
 
 constexpr int kMaxThreads = 1024;
-constexpr int kHeldSlices = 4;  // the partial-sum slices a thread loads at once (ops::kPartialSlices)
+// The partial-sum slices a thread loads at once (ops::kPartialSlices), up to kHoldingThreads threads a row; a wider
+// row's block has too few registers a thread for them and takes its slices one after another.
+constexpr int kHeldSlices = 4;
+constexpr int kHoldingThreads = 256;
 enum NormChoice { kNoNorm = 0, kLayerNorm = 1, kRmsNorm = 2 };
 
-template <typename T, typename W, int kNorm>
+template <typename T, typename W, int kNorm, int kHeld>
 __global__ void add_partials_norm_kernel(const T* x, const float* partials, int64_t slices, int64_t plane,
                                          const T* bias, const W* norm_weight, const W* norm_bias, T* sum, T* y,
                                          int64_t cols, float eps) {
@@ -35,20 +38,20 @@ __global__ void add_partials_norm_kernel(const T* x, const float* partials, int6
     }
     // Every load is issued before the first sum: the slices are read at once, not one L2 round trip after another
     // (a loop over a run-time count of slices waited for each; the sums keep their order, slice 0 first).
-    float parts[kHeldSlices][8], residual[8], more[8];
+    float parts[kHeld][8], residual[8], more[8];
 #pragma unroll
-    for (int s = 0; s < kHeldSlices; ++s)
+    for (int s = 0; s < kHeld; ++s)
       if (s < slices) load8(partials + s * plane + at, parts[s]);
     load8(x + at, residual);
     if (bias) load8(bias + 8 * p, more);
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = parts[0][i];
 #pragma unroll
-    for (int s = 1; s < kHeldSlices; ++s)
+    for (int s = 1; s < kHeld; ++s)
       if (s < slices)
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] += parts[s][i];
-    for (int64_t s = kHeldSlices; s < slices; ++s) {
+    for (int64_t s = kHeld; s < slices; ++s) {
       load8(partials + s * plane + at, parts[0]);
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] += parts[0][i];
@@ -97,13 +100,16 @@ void launch(const Tensor& x, const Tensor& partials, const Tensor& bias, const R
   };
   switch (norm.kind) {
     case RowNormKind::None:
-      go(add_partials_norm_kernel<T, W, kNoNorm>);
+      threads <= kHoldingThreads ? go(add_partials_norm_kernel<T, W, kNoNorm, kHeldSlices>)
+                                 : go(add_partials_norm_kernel<T, W, kNoNorm, 1>);
       break;
     case RowNormKind::LayerNorm:
-      go(add_partials_norm_kernel<T, W, kLayerNorm>);
+      threads <= kHoldingThreads ? go(add_partials_norm_kernel<T, W, kLayerNorm, kHeldSlices>)
+                                 : go(add_partials_norm_kernel<T, W, kLayerNorm, 1>);
       break;
     case RowNormKind::RmsNorm:
-      go(add_partials_norm_kernel<T, W, kRmsNorm>);
+      threads <= kHoldingThreads ? go(add_partials_norm_kernel<T, W, kRmsNorm, kHeldSlices>)
+                                 : go(add_partials_norm_kernel<T, W, kRmsNorm, 1>);
       break;
   }
   RETORT_CUDA_CHECK_LAUNCH();

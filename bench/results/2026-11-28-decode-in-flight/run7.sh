@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 t0=$(date +%s)
 RES=/tmp/f7; mkdir -p $RES; trap 'tar czf $OUT/results.tgz -C /tmp f7' EXIT
-tar xJf gpu/f7.tar.xz -C gpu; tar xJf gpu/tl.tar.xz -C gpu; b=$PWD/gpu/f7; export LD_LIBRARY_PATH=$b/devlibs
+tar xJf gpu/f7.tar.xz -C gpu; b=$PWD/gpu/f7; export LD_LIBRARY_PATH=$b/devlibs
 export RETORT_COMMIT=$(cat gpu/commit.txt)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $RES/gpu.txt
 ( timeout 240 $b/retort_parallel_tests --gtest_filter='*Cuda*:*Gpu*:*GPU*:*Graph*:*Generat*:*Sampl*:DecodeFused.*' > $RES/suite-parallel.log 2>&1; echo "parallel rc $?" > $RES/rc-parallel ) &

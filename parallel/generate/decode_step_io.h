@@ -1,7 +1,7 @@
 #pragma once
 // The first and last kernels of a graphed decode step (GraphedDecodeStep): they move the step's inputs in from, and
 // its sampled winners out to, pinned host pages mapped into the device's address space, so that the host can fill
-// the inputs of the step after next while the GPU runs this one.
+// and launch the next step while the GPU still runs this one.
 //
 // The pages hold two slots, used by alternate steps; a device-side count of the steps run picks the slot, so one
 // captured graph serves both (its kernels' arguments never change between replays). The host counts its launches
@@ -29,7 +29,7 @@ void enqueue_stage_step_inputs(const uint32_t* slots, uint32_t* inputs, int64_t 
                                uint64_t* previous_winners, int32_t vocab);
 
 // Slot (*steps_run % 2) of `slots` (2 x rows words of 64 bits, mapped host pages) = winners[rows]; then counts the
-// step as run.
+// step as run (rows 0: only counts it, for a step whose sampler runs on the host).
 void enqueue_publish_step_winners(const uint64_t* winners, uint64_t* slots, int64_t rows, uint32_t* steps_run);
 
 }  // namespace retort::generate::kernels::cuda

@@ -8,6 +8,7 @@
 #include "core/ops/fusion.h"
 #include "core/tensor/device_runtime.h"
 #include "core/tensor/slicing.h"
+#include "core/util/environment_switch.h"
 #include "core/util/error.h"
 
 namespace retort::ops {
@@ -75,8 +76,7 @@ bool decode_fusion_applies(const Tensor& x, DType compute_dtype, int64_t widest_
 
 bool decode_partial_products_apply(const Tensor& x, DType compute_dtype) {
   if (!x.defined() || x.ndim() < 1 || !decode_fusion_allows(x.device(), compute_dtype)) return false;
-  const char* choice = std::getenv("RETORT_DECODE_PARTIAL_PRODUCTS");
-  if (choice != nullptr && std::string_view(choice) == "0") return false;
+  if (switched_off_in_environment("RETORT_DECODE_PARTIAL_PRODUCTS")) return false;
   const int64_t K = x.size(-1);
   return K > 0 && x.numel() / K <= kPartialProductsMaxRows;
 }
